@@ -1,0 +1,388 @@
+"""The configuration model: every default comes from the seeds (see docs/configuration.md).
+
+Load order: built-in defaults, then the YAML config file (`--config`, else `ENGRAM_CONFIG`, else `engram.yaml`
+in the working directory when present), then environment variables with the seeds' names. Thresholds are
+validated once, at start, with an error that names the setting.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_STORE_URL = "sqlite:///data/engram.db"
+DEFAULT_WAREHOUSE = "data/warehouse"
+
+DecayPolicyName = Literal["engram", "halflife", "ebbinghaus"]
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the setting and the fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _unit(value: float, name: str) -> float:
+    if not (0.0 <= value <= 1.0) or math.isnan(value):
+        raise ValueError(f"{name} must be within 0..1, got {value}")
+    return value
+
+
+def _positive_finite(value: float, name: str) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive, finite number, got {value}")
+    return value
+
+
+class CueRule(_Section):
+    """A content cue: any of `words` found (as a whole word) in the lower-cased content adds `weight`."""
+
+    words: list[str]
+    weight: float
+
+
+class EngramPolicy(_Section):
+    """Seed 000's score: content and tag cues plus access recency with a half-life."""
+
+    half_life_days: float = 14.0  # MEMORY_IMPORTANCE_HALF_LIFE_DAYS
+    base: float = 0.35
+    access_boost_per_log2: float = 0.04
+    access_boost_cap: float = 0.25
+    cues: list[CueRule] = Field(
+        default_factory=lambda: [
+            CueRule(words=["decision", "decided", "resolved"], weight=0.18),
+            CueRule(words=["problem", "incident", "bug", "failure", "error"], weight=0.12),
+            CueRule(words=["milestone", "launch", "release", "deadline"], weight=0.10),
+        ]
+    )
+    cue_tags: list[str] = Field(default_factory=lambda: ["critical", "important", "pinned"])
+    cue_tag_weight: float = 0.08
+    pin_boost: float = 0.25
+    pinned_floor: float = 0.9
+
+    @field_validator("half_life_days")
+    @classmethod
+    def _half_life(cls, v: float) -> float:
+        return _positive_finite(v, "decay.engram.half_life_days")
+
+
+class HalflifePolicy(_Section):
+    """Seed 001: importance x 0.5^(age_hours / half_life_hours)."""
+
+    half_life_hours: float = 24.0 * 14
+
+    @field_validator("half_life_hours")
+    @classmethod
+    def _half_life(cls, v: float) -> float:
+        return _positive_finite(v, "decay.halflife.half_life_hours")
+
+
+class EbbinghausPolicy(_Section):
+    """Seed 004: max(S e^(-lambda t) x repetition bonus, S x floor), per-kind half-lives."""
+
+    half_life_days: float = 7.0
+    floor_multiplier: float = 0.1
+    repetition_boost: float = 1.5
+    # Seed 004's memory tiers; a kind missing here uses half_life_days. `inf` (or <= 0) never decays.
+    kind_half_life_days: dict[str, float] = Field(
+        default_factory=lambda: {
+            "working": 0.5,
+            "episodic": 7.0,
+            "semantic": 30.0,
+            "procedural": 90.0,
+            "archival": math.inf,
+        }
+    )
+    review_threshold: float = 0.3
+
+
+class DecayConfig(_Section):
+    policy: DecayPolicyName = "engram"
+    # Per-kind override of the policy, e.g. {"semantic": "ebbinghaus"}.
+    kind_policy: dict[str, DecayPolicyName] = Field(default_factory=dict)
+    stale_threshold: float = 0.3  # MEMORY_DECAY_STALE_SCORE_THRESHOLD
+    engram: EngramPolicy = Field(default_factory=EngramPolicy)
+    halflife: HalflifePolicy = Field(default_factory=HalflifePolicy)
+    ebbinghaus: EbbinghausPolicy = Field(default_factory=EbbinghausPolicy)
+
+    @field_validator("stale_threshold")
+    @classmethod
+    def _stale(cls, v: float) -> float:
+        return _unit(v, "decay.stale_threshold")
+
+
+class PromotionConfig(_Section):
+    stm_access_threshold: int = 3  # STM_CONSOLIDATION_ACCESS_THRESHOLD
+    stm_importance_threshold: float = 0.5  # STM_CONSOLIDATION_IMPORTANCE_THRESHOLD
+    ltm_quota: int | None = None  # max LTM rows per namespace; None is unlimited
+    semantic_access_threshold: int = 10  # PROMOTION_THRESHOLD (strictly greater)
+    semantic_importance_threshold: float = 0.8  # strictly greater
+    semantic_min_inbound_links: int = 2
+    semantic_tags: list[str] = Field(default_factory=lambda: ["critical", "permanent"])
+
+
+class RetentionConfig(_Section):
+    archive_score_threshold: float = 0.15  # MEMORY_DECAY_PRUNE_SCORE_THRESHOLD
+    archive_older_than_days: float = 30.0  # MEMORY_DECAY_PRUNE_OLDER_THAN_DAYS
+    archive_age_days: float = 30.0  # ARCHIVE_AGE (seconds in the seed's env var)
+    deprecated_tag: str = "deprecated"
+    archive_grace_days: float = 30.0  # archived -> purge_queue
+    purge_grace_days: float = 30.0  # purge_queue -> deleted
+
+    @model_validator(mode="after")
+    def _check(self) -> RetentionConfig:
+        _unit(self.archive_score_threshold, "retention.archive_score_threshold")
+        for name in ("archive_older_than_days", "archive_age_days", "archive_grace_days", "purge_grace_days"):
+            _positive_finite(getattr(self, name), f"retention.{name}")
+        return self
+
+
+class SimilarityConfig(_Section):
+    duplicate_threshold: float = 0.97  # MEMORY_DUPLICATE_THRESHOLD
+    merge_threshold: float = 0.85  # MEMORY_CONSOLIDATION_MERGE_THRESHOLD
+    contradiction_threshold: float = 0.80  # MEMORY_CONTRADICTION_THRESHOLD
+    contradiction_threshold_max: float = 0.97  # MEMORY_CONTRADICTION_THRESHOLD_MAX
+    association_threshold: float = 0.70
+    association_top_k: int = 5
+    exact_cutoff: int = 20_000  # namespaces larger than this use the approximate index
+
+    @model_validator(mode="after")
+    def _check(self) -> SimilarityConfig:
+        for name in (
+            "duplicate_threshold",
+            "merge_threshold",
+            "contradiction_threshold",
+            "contradiction_threshold_max",
+            "association_threshold",
+        ):
+            _unit(getattr(self, name), f"similarity.{name}")
+        if not self.merge_threshold < self.duplicate_threshold:
+            raise ValueError(
+                f"similarity.merge_threshold ({self.merge_threshold}) must be below "
+                f"similarity.duplicate_threshold ({self.duplicate_threshold})"
+            )
+        if not self.contradiction_threshold < self.contradiction_threshold_max:
+            raise ValueError(
+                f"similarity.contradiction_threshold ({self.contradiction_threshold}) must be below "
+                f"similarity.contradiction_threshold_max ({self.contradiction_threshold_max})"
+            )
+        if not self.association_threshold < self.merge_threshold:
+            raise ValueError(
+                f"similarity.association_threshold ({self.association_threshold}) must be below "
+                f"similarity.merge_threshold ({self.merge_threshold})"
+            )
+        return self
+
+    @property
+    def lowest_threshold(self) -> float:
+        return min(self.association_threshold, self.contradiction_threshold, self.merge_threshold)
+
+
+class ContradictionConfig(_Section):
+    policy: str = "flag"  # MEMORY_CONTRADICTION_POLICY: flag | supersede
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        if v not in ("flag", "supersede"):
+            warnings.warn(
+                f"contradiction.policy {v!r} is unknown (expected 'flag' or 'supersede'); using 'flag'",
+                stacklevel=2,
+            )
+            return "flag"
+        return v
+
+
+class SemanticConfig(_Section):
+    cluster_similarity_threshold: float = 0.7
+    context_variability_threshold: float = 0.5
+    min_sources_for_corroborated: int = 2
+    min_sources_for_assessed: int = 4
+    min_sources_for_baseline: int = 8
+    min_cycles_for_assessed: int = 2
+    min_confidence_for_baseline: float = 0.8
+    single_source_ceiling: float = 0.6
+    stale_decay_rate: float = 0.95
+    stale_threshold_days: float = 30.0
+    compression_threshold: float = 0.85
+
+
+class CompressionConfig(_Section):
+    similarity_threshold: float = 0.75
+    max_importance: float = 0.3
+    max_score: float = 0.3
+    min_cluster_size: int = 3
+
+
+class TemporalConfig(_Section):
+    decay_rate: float = 0.95
+    traversal_boost: float = 1.2
+    prune_threshold: float = 0.05
+    neighbor_k: int = 3
+    forward_weight: float = 1.0
+    backward_weight: float = 0.5
+
+
+class ReviewConfig(_Section):
+    # Gated classes applied without an explicit `approve` (opt-in), e.g. ["consolidation"].
+    auto_apply_gated: list[str] = Field(default_factory=list)
+
+
+class ApplyConfig(_Section):
+    batch_size: int = 500
+
+
+class SnapshotConfig(_Section):
+    batch_size: int = 50_000
+    embedding_dim: int = 384
+    max_invalid_fraction: float = 0.01
+
+
+class ScheduleConfig(_Section):
+    nightly_enabled: bool = True
+    nightly_cron: str = "0 3 * * *"
+    consolidate_enabled: bool = False  # seed 000: a scheduled merge runs without review
+    consolidate_cron: str = "0 4 * * 0"
+    timezone: str = "UTC"
+
+
+class NamespacePolicy(_Section):
+    """Per-namespace overrides (exact name or glob) of the lifecycle sections."""
+
+    decay: dict[str, Any] = Field(default_factory=dict)
+    promotion: dict[str, Any] = Field(default_factory=dict)
+    retention: dict[str, Any] = Field(default_factory=dict)
+
+
+class Config(_Section):
+    decay: DecayConfig = Field(default_factory=DecayConfig)
+    promotion: PromotionConfig = Field(default_factory=PromotionConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    similarity: SimilarityConfig = Field(default_factory=SimilarityConfig)
+    contradiction: ContradictionConfig = Field(default_factory=ContradictionConfig)
+    semantic: SemanticConfig = Field(default_factory=SemanticConfig)
+    compression: CompressionConfig = Field(default_factory=CompressionConfig)
+    temporal: TemporalConfig = Field(default_factory=TemporalConfig)
+    review: ReviewConfig = Field(default_factory=ReviewConfig)
+    apply: ApplyConfig = Field(default_factory=ApplyConfig)
+    snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
+    schedules: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    namespaces: dict[str, NamespacePolicy] = Field(default_factory=dict)
+
+    def for_namespace(self, namespace: str) -> Config:
+        """This config with the overrides of every matching namespace entry applied (exact names last)."""
+        matches = [k for k in self.namespaces if k != namespace and fnmatch.fnmatchcase(namespace, k)]
+        if namespace in self.namespaces:
+            matches.append(namespace)
+        if not matches:
+            return self
+        data = self.model_dump()
+        for key in matches:
+            override = self.namespaces[key]
+            for section in ("decay", "promotion", "retention"):
+                _deep_merge(data[section], getattr(override, section))
+        data["namespaces"] = {}
+        return _validated(data)
+
+    def fingerprint(self) -> str:
+        """A stable digest of the settings, stored with each change set."""
+        import hashlib
+        import json
+
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+
+
+# Seed environment variables (and a few of ours) -> (section path, type). Days/seconds converted below.
+ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], type]] = {
+    "MEMORY_IMPORTANCE_HALF_LIFE_DAYS": (("decay", "engram", "half_life_days"), float),
+    "MEMORY_DECAY_STALE_SCORE_THRESHOLD": (("decay", "stale_threshold"), float),
+    "MEMORY_DECAY_PRUNE_SCORE_THRESHOLD": (("retention", "archive_score_threshold"), float),
+    "MEMORY_DECAY_PRUNE_OLDER_THAN_DAYS": (("retention", "archive_older_than_days"), float),
+    "STM_CONSOLIDATION_ACCESS_THRESHOLD": (("promotion", "stm_access_threshold"), int),
+    "STM_CONSOLIDATION_IMPORTANCE_THRESHOLD": (("promotion", "stm_importance_threshold"), float),
+    "PROMOTION_THRESHOLD": (("promotion", "semantic_access_threshold"), int),
+    "MEMORY_DUPLICATE_THRESHOLD": (("similarity", "duplicate_threshold"), float),
+    "MEMORY_CONSOLIDATION_MERGE_THRESHOLD": (("similarity", "merge_threshold"), float),
+    "MEMORY_CONTRADICTION_THRESHOLD": (("similarity", "contradiction_threshold"), float),
+    "MEMORY_CONTRADICTION_THRESHOLD_MAX": (("similarity", "contradiction_threshold_max"), float),
+    "MEMORY_CONTRADICTION_POLICY": (("contradiction", "policy"), str),
+    "ENGRAM_DECAY_POLICY": (("decay", "policy"), str),
+}
+ENV_SECONDS_TO_DAYS = {"ARCHIVE_AGE": ("retention", "archive_age_days")}
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> None:
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+
+
+def _set_path(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = data
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+
+
+def _validated(data: dict[str, Any]) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "config"
+            message = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{where}: {message}")
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems)) from None
+
+
+def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
+    """Defaults, then the YAML file, then the seeds' environment variables; validated."""
+    env = dict(os.environ if env is None else env)
+    data: dict[str, Any] = {}
+    chosen = path or env.get("ENGRAM_CONFIG")
+    if chosen is None and Path("engram.yaml").exists():
+        chosen = "engram.yaml"
+    if chosen is not None:
+        file = Path(chosen)
+        if not file.exists():
+            raise ConfigError(f"config file {file} does not exist (set --config or ENGRAM_CONFIG to a YAML file)")
+        loaded = yaml.safe_load(file.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {file} must hold a mapping of sections")
+        data = loaded
+    for name, (where, kind) in ENV_OVERRIDES.items():
+        if name in env:
+            try:
+                _set_path(data, where, kind(env[name]))
+            except ValueError:
+                raise ConfigError(f"{name}={env[name]!r} is not a valid {kind.__name__}") from None
+    for name, where in ENV_SECONDS_TO_DAYS.items():
+        if name in env:
+            try:
+                _set_path(data, where, float(env[name]) / 86400.0)
+            except ValueError:
+                raise ConfigError(f"{name}={env[name]!r} is not a number of seconds") from None
+    return _validated(data)
+
+
+def store_url(explicit: str | None = None) -> str:
+    """`--store`, else ENGRAM_STORE_URL, else the embedded SQLite default."""
+    return explicit or os.environ.get("ENGRAM_STORE_URL") or DEFAULT_STORE_URL
+
+
+def warehouse_path(explicit: str | None = None) -> Path:
+    """`--warehouse`, else ENGRAM_WAREHOUSE, else data/warehouse."""
+    return Path(explicit or os.environ.get("ENGRAM_WAREHOUSE") or DEFAULT_WAREHOUSE)

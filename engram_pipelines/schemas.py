@@ -1,0 +1,119 @@
+"""pandera schemas of the warehouse tables, and row-level validation that names row, field and reason."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+import pyarrow as pa_arrow
+
+from engram_pipelines import records
+
+_TS = pd.DatetimeTZDtype(unit="us", tz="UTC")
+
+
+def _json_kind(expected: type) -> pa.Check:
+    def check(values: pd.Series) -> pd.Series:
+        def ok(text: str) -> bool:
+            try:
+                return isinstance(json.loads(text), expected)
+            except (TypeError, ValueError):
+                return False
+
+        return values.map(ok)
+
+    return pa.Check(check, name=f"json_{expected.__name__}", error=f"must be a JSON {expected.__name__}")
+
+
+MEMORY_SNAPSHOT_SCHEMA = pa.DataFrameSchema(
+    {
+        "id": pa.Column(str, pa.Check.str_length(min_value=1), unique=True),
+        "namespace": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "tier": pa.Column(str, pa.Check.isin(records.TIERS)),
+        "kind": pa.Column(str, pa.Check.isin(records.KINDS)),
+        "content": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "embedding_model": pa.Column(str, nullable=True),
+        "embedded_content_sha": pa.Column(str, nullable=True),
+        "importance": pa.Column(float, pa.Check.in_range(0.0, 1.0)),
+        "score": pa.Column(float, pa.Check.in_range(0.0, 1.0), nullable=True),
+        "access_count": pa.Column("int64", pa.Check.ge(0)),
+        "last_accessed_at": pa.Column(_TS, nullable=True),
+        "created_at": pa.Column(_TS),
+        "updated_at": pa.Column(_TS),
+        "version": pa.Column("int64", pa.Check.ge(1)),
+        "pinned": pa.Column(bool),
+        "zone": pa.Column(str, pa.Check.isin(records.ZONES)),
+        "zone_since": pa.Column(_TS, nullable=True),
+        "superseded_by": pa.Column(str, nullable=True),
+        "stale": pa.Column(bool),
+        "tags": pa.Column(str, _json_kind(list)),
+        "metadata": pa.Column(str, _json_kind(dict)),
+    },
+    name="memory_snapshot",
+    description="One row per memory as the live store held it at snapshot time (embedding checked apart).",
+    strict=False,
+    coerce=False,
+)
+
+LINK_SNAPSHOT_SCHEMA = pa.DataFrameSchema(
+    {
+        "namespace": pa.Column(str),
+        "src_id": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "dst_id": pa.Column(str, pa.Check.str_length(min_value=1)),
+        "kind": pa.Column(str, pa.Check.isin(records.LINK_KINDS)),
+        "weight": pa.Column(float),
+        "origin": pa.Column(str),
+    },
+    name="link_snapshot",
+    strict=False,
+)
+
+
+def memory_row_problems(batch: pa_arrow.RecordBatch) -> dict[int, list[str]]:
+    """Row position -> reasons ("field: reason") for every invalid row of a snapshot batch."""
+    problems: dict[int, list[str]] = {}
+    frame = batch.drop_columns(["embedding"]).to_pandas()
+    try:
+        MEMORY_SNAPSHOT_SCHEMA.validate(frame, lazy=True)
+    except pa.errors.SchemaErrors as exc:
+        cases = exc.failure_cases
+        for column, check, case, index in zip(
+            cases["column"], cases["check"], cases["failure_case"], cases["index"], strict=True
+        ):
+            if index is None or pd.isna(index):
+                continue
+            problems.setdefault(int(index), []).append(f"{column}: {_describe(check, case)}")
+    for position, reason in _embedding_problems(batch).items():
+        problems.setdefault(position, []).append(reason)
+    return problems
+
+
+def _describe(check: str, case: object) -> str:
+    if check == "not_nullable":
+        return "is missing (null)"
+    if check == "field_uniqueness":
+        return f"duplicate value {case!r}"
+    if check.startswith("must "):
+        return f"{case!r} {check}"
+    return f"value {case!r} fails {check}"
+
+
+def _embedding_problems(batch: pa_arrow.RecordBatch) -> dict[int, str]:
+    """Embeddings must be present whenever a model is named, of the snapshot's dimension, and finite."""
+    out: dict[int, str] = {}
+    embedding = batch.column("embedding")
+    model = batch.column("embedding_model")
+    dim = embedding.type.list_size
+    present = embedding.is_valid().to_numpy(zero_copy_only=False)
+    named = model.is_valid().to_numpy(zero_copy_only=False)
+    for position in np.flatnonzero(named & ~present):
+        out[int(position)] = (
+            f"embedding: missing or not of the snapshot dimension {dim} (model {model[int(position)].as_py()!r})"
+        )
+    values = embedding.values.slice(embedding.offset * dim, len(embedding) * dim).to_numpy(zero_copy_only=False)
+    finite = np.isfinite(values.reshape(len(embedding), dim)).all(axis=1)
+    for position in np.flatnonzero(present & ~finite):
+        out[int(position)] = "embedding: contains NaN or infinity"
+    return out

@@ -1,0 +1,60 @@
+"""The live store: `open_store(url)` picks the adapter from the URL scheme."""
+
+from __future__ import annotations
+
+from engram_pipelines.store.base import (
+    ChangeSetRecord,
+    Guard,
+    LinkWrite,
+    MemoryWrite,
+    MigrationRequired,
+    Outcome,
+    Store,
+    StoreError,
+    VersionConflict,
+)
+from engram_pipelines.store.urls import redact
+
+__all__ = [
+    "ChangeSetRecord",
+    "Guard",
+    "LinkWrite",
+    "MemoryWrite",
+    "MigrationRequired",
+    "Outcome",
+    "Store",
+    "StoreError",
+    "VersionConflict",
+    "open_store",
+    "redact",
+]
+
+
+def open_store(url: str, *, migrate: bool = False, require_schema: bool = True) -> Store:
+    """Open the store at `url` (sqlite:///path or postgresql://...).
+
+    With `migrate`, pending migrations are applied; otherwise a store behind the code's schema raises
+    MigrationRequired naming the command that fixes it.
+    """
+    if url.startswith("sqlite:"):
+        from engram_pipelines.store.sqlite import SQLiteStore
+
+        store: Store = SQLiteStore(url)
+    elif url.startswith(("postgresql://", "postgres://")):
+        from engram_pipelines.store.postgres import PostgresStore
+
+        store = PostgresStore(url)
+    else:
+        raise StoreError(
+            f"unknown store URL {redact(url)!r}: use sqlite:///path/to/engram.db or "
+            "postgresql://user:password@host:5432/dbname"
+        )
+    if migrate:
+        store.migrate()
+    elif require_schema:
+        try:
+            store.require_schema()
+        except MigrationRequired:
+            store.close()
+            raise
+    return store

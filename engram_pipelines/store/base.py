@@ -1,0 +1,797 @@
+"""The live store behind one small interface; SQLite and PostgreSQL differ only in the hooks below.
+
+Two families of operations live here:
+- the agents' own API (get, write, CAS update, access bookkeeping, pin), used by tests, the demo and
+  benchmarks to act like the agents that share the store with the pipeline;
+- the pipeline's bulk API: streamed reads for snapshots, idempotent bulk inserts for imports, and the
+  set-based CAS primitives the apply path is built on (one transaction per batch: lock or check, pre-image to
+  the audit log, write, ledger).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from engram_pipelines import records
+from engram_pipelines.store.migrations import LATEST_VERSION, MIGRATIONS, Dialect
+from engram_pipelines.timestamps import utc_now
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as asked; the message says how to fix it."""
+
+
+class MigrationRequired(StoreError):
+    pass
+
+
+class VersionConflict(StoreError):
+    """An agent's CAS write lost: the row's version is no longer the one the writer read."""
+
+
+# Columns written by a change, with the bit that says "this column is set" in a batch row.
+WRITABLE = records.WRITABLE_COLUMNS
+JSON_COLUMNS = ("tags", "metadata")
+TIMESTAMP_COLUMNS = tuple(records.TIMESTAMP_COLUMNS)
+BOOL_COLUMNS = ("pinned", "stale")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Evidence a decision rests on that a version check cannot see (access bookkeeping does not bump it)."""
+
+    access_count: int
+    last_accessed_at: dt.datetime | None
+    pinned: bool
+
+
+@dataclass
+class MemoryWrite:
+    """One composed CAS write on an existing memory (update or delete)."""
+
+    change_id: str
+    target_id: str
+    expected_version: int
+    op: str
+    patch: dict[str, Any] = field(default_factory=dict)  # column -> new value (python types)
+    guard: Guard | None = None
+
+
+@dataclass
+class LinkWrite:
+    change_id: str
+    op: str  # link_upsert | link_delete
+    link: dict[str, Any]  # namespace, src_id, dst_id, kind, weight, origin
+
+
+@dataclass(frozen=True)
+class Outcome:
+    change_id: str
+    target_id: str
+    outcome: str  # applied | skipped_concurrent_edit | ineligible | reverted | revert_skipped
+    detail: str | None = None
+
+
+@dataclass
+class ChangeSetRecord:
+    change_set_id: str
+    created_at: dt.datetime
+    as_of: str
+    job: str
+    review_class: str
+    status: str
+    path: str
+    config_fingerprint: str
+    total: int
+    counts: dict[str, Any]
+    approved_at: dt.datetime | None = None
+    approved_by: str | None = None
+    applied_at: dt.datetime | None = None
+    reverted_at: dt.datetime | None = None
+
+
+class Store(ABC):
+    """A live memory store. Use as a context manager or call close()."""
+
+    dialect: Dialect
+    url: str
+
+    # -- dialect hooks -------------------------------------------------------------------------------------
+    @abstractmethod
+    def _connect(self) -> Any: ...
+
+    @abstractmethod
+    @contextmanager
+    def write_transaction(self) -> Iterator[Any]:
+        """A transaction that holds the write lock from its first statement (no deferred upgrade)."""
+
+    @abstractmethod
+    def _sql(self, sql: str) -> str:
+        """Translate `?` placeholders and portable spellings into this dialect."""
+
+    @abstractmethod
+    def _json_object(self, pairs: Sequence[tuple[str, str]]) -> str:
+        """SQL for a JSON object built from (key, expression) pairs."""
+
+    @abstractmethod
+    def _lock_clause(self) -> str:
+        """Row-lock suffix for a SELECT that precedes a write (empty where the transaction locks all)."""
+
+    @abstractmethod
+    def _fill_batch_table(self, cur: Any, table: str, columns: Sequence[str], rows: list[tuple]) -> None: ...
+
+    @abstractmethod
+    def _ensure_batch_tables(self, cur: Any) -> None: ...
+
+    @abstractmethod
+    def _encode_embedding(self, vector: np.ndarray | None) -> Any: ...
+
+    @abstractmethod
+    def _decode_embedding(self, value: Any) -> np.ndarray | None: ...
+
+    @abstractmethod
+    def _embedding_preimage_sql(self) -> str:
+        """SQL expression for the embedding inside a pre-image JSON (for restore)."""
+
+    @abstractmethod
+    def _embedding_from_preimage(self, preimage: dict[str, Any]) -> Any: ...
+
+    @abstractmethod
+    def _to_db(self, column: str, value: Any) -> Any:
+        """A python value to this dialect's parameter for a memory column."""
+
+    @abstractmethod
+    def _from_db(self, column: str, value: Any) -> Any: ...
+
+    @abstractmethod
+    def iter_memory_batches(self, batch_size: int, embedding_dim: int) -> Iterator[pa.RecordBatch]:
+        """Stream every memory as Arrow record batches (bounded memory), ordered by id."""
+
+    @abstractmethod
+    def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]: ...
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn = self._connect()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        cur = self.conn.cursor()
+        cur.execute(self._sql(sql), tuple(params))
+        return cur
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self.read_transaction():
+            return list(self.execute(sql, params).fetchall())
+
+    @contextmanager
+    def read_transaction(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            self.conn.rollback()
+
+    # -- schema --------------------------------------------------------------------------------------------
+    def _has_pgvector(self) -> bool:
+        return False
+
+    def schema_version(self) -> int:
+        try:
+            rows = self.query("SELECT max(version) FROM schema_migrations")
+        except Exception:
+            self.conn.rollback()
+            return 0
+        return int(rows[0][0] or 0)
+
+    def migrate(self) -> list[int]:
+        """Apply pending migrations in order; returns the versions applied."""
+        applied: list[int] = []
+        with self.write_transaction() as cur:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+        current = self.schema_version()
+        pgvector = self._has_pgvector()
+        for migration in MIGRATIONS:
+            if migration.version <= current:
+                continue
+            with self.write_transaction() as cur:
+                for statement in migration.statements(self.dialect, pgvector=pgvector):
+                    cur.execute(statement)
+                cur.execute(
+                    self._sql("INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)"),
+                    (migration.version, migration.description, utc_now().isoformat()),
+                )
+            applied.append(migration.version)
+        return applied
+
+    def require_schema(self) -> None:
+        version = self.schema_version()
+        if version < LATEST_VERSION:
+            raise MigrationRequired(
+                f"store {self.redacted_url} is at schema version {version}, this release needs {LATEST_VERSION}: "
+                f"run `engram-pipelines init --store {self.redacted_url}` to migrate"
+            )
+
+    @property
+    def redacted_url(self) -> str:
+        from engram_pipelines.store.urls import redact
+
+        return redact(self.url)
+
+    # -- row conversion ------------------------------------------------------------------------------------
+    def _row_to_dict(self, columns: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
+        out = {}
+        for name, value in zip(columns, row, strict=True):
+            out[name] = self._decode_embedding(value) if name == "embedding" else self._from_db(name, value)
+        return out
+
+    # -- the agents' API -----------------------------------------------------------------------------------
+    def get(self, memory_id: str) -> dict[str, Any] | None:
+        """A memory by id, whatever its state (superseded and archived rows included)."""
+        rows = self.read_memories([memory_id])
+        return rows.get(memory_id)
+
+    def read_memories(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        columns = ["embedding", *records.MEMORY_COLUMNS]
+        out: dict[str, dict[str, Any]] = {}
+        with self.read_transaction():
+            for start in range(0, len(ids), 500):
+                chunk = list(ids[start : start + 500])
+                marks = ",".join("?" for _ in chunk)
+                cur = self.execute(f"SELECT {', '.join(columns)} FROM memories WHERE id IN ({marks})", chunk)
+                for row in cur.fetchall():
+                    item = self._row_to_dict(columns, row)
+                    out[item["id"]] = item
+        return out
+
+    def recall(self, namespace: str) -> list[str]:
+        """Ids visible to default recall in a namespace (the recall contract's view)."""
+        rows = self.query("SELECT id FROM recall_memories WHERE namespace = ? ORDER BY id", [namespace])
+        return [r[0] for r in rows]
+
+    def write_memory(self, **fields: Any) -> str:
+        """Insert one memory as an agent would (defaults for everything but id, namespace, content)."""
+        now = utc_now()
+        row = {
+            "tier": "stm",
+            "kind": "episodic",
+            "importance": 0.5,
+            "access_count": 0,
+            "created_at": now,
+            "pinned": False,
+            "tags": [],
+            "metadata": {},
+            **fields,
+        }
+        self.insert_memories([row])
+        return str(row["id"])
+
+    def update_memory(self, memory_id: str, expected_version: int, **changes: Any) -> int:
+        """An agent's version-checked edit; returns the new version or raises VersionConflict."""
+        allowed = {"content", "importance", "tags", "metadata", "tier", "kind", "pinned", "embedding"}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise ValueError(f"agents may not write {sorted(unknown)}")
+        sets = ", ".join(f"{name} = ?" for name in changes)
+        params = [
+            self._encode_embedding(v) if k == "embedding" else self._to_db(k, v) for k, v in changes.items()
+        ]
+        with self.write_transaction() as cur:
+            cur.execute(
+                self._sql(
+                    f"UPDATE memories SET {sets}, version = version + 1, updated_at = ? "
+                    "WHERE id = ? AND version = ? RETURNING version"
+                ),
+                (*params, self._to_db("updated_at", utc_now()), memory_id, expected_version),
+            )
+            row = cur.fetchone()
+        if row is None:
+            raise VersionConflict(f"memory {memory_id} is no longer at version {expected_version}: re-read it")
+        return int(row[0])
+
+    def set_pinned(self, memory_id: str, expected_version: int, pinned: bool = True) -> int:
+        return self.update_memory(memory_id, expected_version, pinned=pinned)
+
+    def record_access(self, memory_id: str, at: dt.datetime | None = None) -> None:
+        """Access bookkeeping: bumps access_count and last_accessed_at, never the version."""
+        with self.write_transaction() as cur:
+            cur.execute(
+                self._sql(
+                    "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ? WHERE id = ?"
+                ),
+                (self._to_db("last_accessed_at", at or utc_now()), memory_id),
+            )
+
+    # -- bulk writes ---------------------------------------------------------------------------------------
+    def insert_memories(self, rows: Iterable[dict[str, Any]], *, cur: Any = None) -> int:
+        """Insert memories; rows whose id exists are left untouched (idempotent imports). Returns inserted."""
+        now = utc_now()
+        columns = ["embedding", *records.MEMORY_COLUMNS]
+        params = []
+        for row in rows:
+            full = {
+                "tier": "stm",
+                "kind": "episodic",
+                "importance": 0.5,
+                "score": None,
+                "access_count": 0,
+                "last_accessed_at": None,
+                "updated_at": row.get("created_at", now),
+                "version": 1,
+                "pinned": False,
+                "zone": "active",
+                "zone_since": None,
+                "superseded_by": None,
+                "stale": False,
+                "tags": [],
+                "metadata": {},
+                "embedding": None,
+                "embedding_model": None,
+                "embedded_content_sha": None,
+                **row,
+            }
+            params.append(
+                tuple(
+                    self._encode_embedding(full[c]) if c == "embedding" else self._to_db(c, full[c])
+                    for c in columns
+                )
+            )
+        if not params:
+            return 0
+        sql = self._sql(
+            f"INSERT INTO memories ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) "
+            "ON CONFLICT (id) DO NOTHING"
+        )
+        if cur is not None:
+            return self._insert_many(cur, sql, params)
+        with self.write_transaction() as own:
+            return self._insert_many(own, sql, params)
+
+    def _insert_many(self, cur: Any, sql: str, params: list[tuple]) -> int:
+        # rowcount after executemany is the total of rows inserted; ON CONFLICT DO NOTHING rows count 0.
+        cur.executemany(sql, params)
+        return max(int(cur.rowcount), 0)
+
+    def insert_links(self, links: Iterable[dict[str, Any]]) -> int:
+        now = utc_now()
+        params = []
+        for link in links:
+            full = {"weight": 1.0, "origin": "agent", "created_at": now, "traversed_at": None, **link}
+            full.setdefault("updated_at", full["created_at"])
+            params.append(tuple(self._to_db(c, full[c]) for c in records.LINK_COLUMNS))
+        if not params:
+            return 0
+        sql = self._sql(
+            f"INSERT INTO memory_links ({', '.join(records.LINK_COLUMNS)}) "
+            f"VALUES ({', '.join('?' for _ in records.LINK_COLUMNS)}) ON CONFLICT (src_id, dst_id, kind) DO NOTHING"
+        )
+        with self.write_transaction() as cur:
+            return self._insert_many(cur, sql, params)
+
+    def count(self, table: str = "memories") -> int:
+        if table not in ("memories", "memory_links", "audit_log", "change_ledger", "change_sets"):
+            raise ValueError(f"unknown table {table}")
+        return int(self.query(f"SELECT count(*) FROM {table}")[0][0])
+
+    # -- change sets and ledger ----------------------------------------------------------------------------
+    def register_change_set(self, record: ChangeSetRecord) -> bool:
+        """Register a stored change set; returns False when it was registered before (same content)."""
+        with self.write_transaction() as cur:
+            cur.execute(
+                self._sql(
+                    "INSERT INTO change_sets (change_set_id, created_at, as_of, job, review_class, status, path, "
+                    "config_fingerprint, total, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (change_set_id) DO NOTHING RETURNING change_set_id"
+                ),
+                (
+                    record.change_set_id,
+                    self._to_db("created_at", record.created_at),
+                    record.as_of,
+                    record.job,
+                    record.review_class,
+                    record.status,
+                    record.path,
+                    record.config_fingerprint,
+                    record.total,
+                    self._to_db("metadata", record.counts),
+                ),
+            )
+            return cur.fetchone() is not None
+
+    _CHANGE_SET_COLUMNS = (
+        "change_set_id, created_at, as_of, job, review_class, status, path, config_fingerprint, total, counts, "
+        "approved_at, approved_by, applied_at, reverted_at"
+    )
+
+    def _change_set_from_row(self, row: Sequence[Any]) -> ChangeSetRecord:
+        (cid, created, as_of, job, klass, status, path, fp, total, counts, appr_at, appr_by, appl_at, rev_at) = row
+        ts = self._from_db
+        return ChangeSetRecord(
+            change_set_id=cid,
+            created_at=ts("created_at", created),
+            as_of=as_of,
+            job=job,
+            review_class=klass,
+            status=status,
+            path=path,
+            config_fingerprint=fp,
+            total=int(total),
+            counts=self._from_db("metadata", counts),
+            approved_at=ts("created_at", appr_at),
+            approved_by=appr_by,
+            applied_at=ts("created_at", appl_at),
+            reverted_at=ts("created_at", rev_at),
+        )
+
+    def list_change_sets(self) -> list[ChangeSetRecord]:
+        rows = self.query(f"SELECT {self._CHANGE_SET_COLUMNS} FROM change_sets ORDER BY created_at, change_set_id")
+        return [self._change_set_from_row(r) for r in rows]
+
+    def get_change_set(self, change_set_id: str) -> ChangeSetRecord | None:
+        rows = self.query(
+            f"SELECT {self._CHANGE_SET_COLUMNS} FROM change_sets WHERE change_set_id = ?", [change_set_id]
+        )
+        return self._change_set_from_row(rows[0]) if rows else None
+
+    def update_change_set(self, change_set_id: str, **fields: Any) -> None:
+        allowed = {"status", "counts", "approved_at", "approved_by", "applied_at", "reverted_at"}
+        if set(fields) - allowed:
+            raise ValueError(f"cannot set {sorted(set(fields) - allowed)} on a change set")
+        conv = {
+            k: (self._to_db("metadata", v) if k == "counts" else self._to_db("created_at", v) if k.endswith("_at") else v)
+            for k, v in fields.items()
+        }
+        sets = ", ".join(f"{k} = ?" for k in conv)
+        with self.write_transaction() as cur:
+            cur.execute(
+                self._sql(f"UPDATE change_sets SET {sets} WHERE change_set_id = ?"), (*conv.values(), change_set_id)
+            )
+
+    def ledger(self, change_set_id: str) -> dict[str, tuple[str, str | None]]:
+        """change_id -> (outcome, detail) for a change set."""
+        rows = self.query(
+            "SELECT change_id, outcome, detail FROM change_ledger WHERE change_set_id = ?", [change_set_id]
+        )
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    def _record_outcomes(self, cur: Any, change_set_id: str, outcomes: Sequence[Outcome], at: dt.datetime) -> None:
+        if not outcomes:
+            return
+        cur.executemany(
+            self._sql(
+                "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (change_id) DO UPDATE SET outcome = excluded.outcome, "
+                "detail = excluded.detail, at = excluded.at"
+            ),
+            [(o.change_id, change_set_id, o.target_id, o.outcome, o.detail, self._to_db("created_at", at)) for o in outcomes],
+        )
+
+    def record_outcomes(self, change_set_id: str, outcomes: Sequence[Outcome]) -> None:
+        with self.write_transaction() as cur:
+            self._record_outcomes(cur, change_set_id, outcomes, utc_now())
+
+    def audit_rows(self, *, target_id: str | None = None, change_set_id: str | None = None) -> list[dict[str, Any]]:
+        where, params = [], []
+        if target_id is not None:
+            where.append("target_id = ?")
+            params.append(target_id)
+        if change_set_id is not None:
+            where.append("change_set_id = ?")
+            params.append(change_set_id)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = self.query(
+            "SELECT audit_id, at, actor, change_set_id, change_id, target_kind, target_id, op, before, after "
+            f"FROM audit_log {clause} ORDER BY audit_id",
+            params,
+        )
+        keys = ("audit_id", "at", "actor", "change_set_id", "change_id", "target_kind", "target_id", "op")
+        out = []
+        for r in rows:
+            item = dict(zip(keys, r[:8], strict=True))
+            item["at"] = self._from_db("created_at", item["at"])
+            item["before"] = self._from_db("metadata", r[8]) if r[8] is not None else None
+            item["after"] = self._from_db("metadata", r[9]) if r[9] is not None else None
+            out.append(item)
+        return out
+
+    # -- the apply primitives ------------------------------------------------------------------------------
+    _BATCH_COLUMNS = (
+        "change_id",
+        "target_id",
+        "expected_version",
+        "op",
+        "g_check",
+        "g_access_count",
+        "g_last_accessed_at",
+        "g_pinned",
+        "set_mask",
+        *WRITABLE,
+        "after",
+    )
+
+    def _cas_condition(self) -> str:
+        return (
+            "m.version = b.expected_version AND (b.g_check = 0 OR (m.access_count = b.g_access_count "
+            f"AND {self._null_safe_eq('m.last_accessed_at', 'b.g_last_accessed_at')} AND m.pinned = b.g_pinned))"
+        )
+
+    def _null_safe_eq(self, a: str, b: str) -> str:
+        return f"{a} IS NOT DISTINCT FROM {b}"
+
+    def _preimage_pairs(self, *, full: bool) -> list[tuple[str, str]]:
+        columns = records.MEMORY_COLUMNS if full else ["id", "version", *WRITABLE]
+        pairs = [(c, self._json_value_sql(c)) for c in columns]
+        if full:
+            pairs.append(("embedding", self._embedding_preimage_sql()))
+        return pairs
+
+    def _json_value_sql(self, column: str) -> str:
+        return f"m.{column}"
+
+    def _batch_rows(self, writes: Sequence[MemoryWrite], at: dt.datetime) -> list[tuple]:
+        rows = []
+        for w in writes:
+            mask = 0
+            values = []
+            for bit, column in enumerate(WRITABLE):
+                if column in w.patch:
+                    mask |= 1 << bit
+                    values.append(self._to_db(column, w.patch[column]))
+                else:
+                    values.append(None)
+            g = w.guard
+            after = {**w.patch, "version": w.expected_version + 1}
+            rows.append(
+                (
+                    w.change_id,
+                    w.target_id,
+                    w.expected_version,
+                    w.op,
+                    1 if g else 0,
+                    g.access_count if g else None,
+                    self._to_db("last_accessed_at", g.last_accessed_at) if g else None,
+                    self._to_db("pinned", g.pinned) if g else None,
+                    mask,
+                    *values,
+                    json.dumps(after, default=_json_default, sort_keys=True),
+                )
+            )
+        return rows
+
+    def cas_write_memories(
+        self, writes: Sequence[MemoryWrite], *, actor: str, change_set_id: str, delete: bool = False
+    ) -> set[str]:
+        """Apply a batch of composed CAS writes in one transaction; returns the change ids that landed.
+
+        Each landed write leaves an audit row (pre-image and patch) and a ledger row in the same transaction.
+        Writes whose version or guards no longer match are left alone and not returned.
+        """
+        if not writes:
+            return set()
+        at = utc_now()
+        by_target = {w.target_id: w for w in writes}
+        with self.write_transaction() as cur:
+            self._ensure_batch_tables(cur)
+            self._fill_batch_table(cur, "_batch", self._BATCH_COLUMNS, self._batch_rows(writes, at))
+            preimage = self._json_object(self._preimage_pairs(full=delete))
+            cur.execute(
+                f"SELECT m.id, {preimage} FROM memories m JOIN _batch b ON m.id = b.target_id "
+                f"WHERE {self._cas_condition()} {self._lock_clause()}"
+            )
+            matched = {row[0]: row[1] for row in cur.fetchall()}
+            if matched:
+                cur.execute(f"DELETE FROM _batch WHERE NOT target_id IN (SELECT m.id FROM memories m JOIN _batch b "
+                            f"ON m.id = b.target_id WHERE {self._cas_condition()})")
+                if delete:
+                    cur.execute("DELETE FROM memories WHERE id IN (SELECT target_id FROM _batch)")
+                else:
+                    cur.execute(self._update_from_batch_sql(at))
+                audit = [
+                    (
+                        self._to_db("created_at", at),
+                        actor,
+                        change_set_id,
+                        by_target[target].change_id,
+                        "memory",
+                        target,
+                        by_target[target].op,
+                        self._preimage_param(pre),
+                        json.dumps(
+                            None if delete else {**by_target[target].patch, "version": by_target[target].expected_version + 1},
+                            default=_json_default,
+                            sort_keys=True,
+                        ),
+                    )
+                    for target, pre in matched.items()
+                ]
+                cur.executemany(
+                    self._sql(
+                        "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, "
+                        "before, after) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    ),
+                    audit,
+                )
+                self._record_outcomes(
+                    cur,
+                    change_set_id,
+                    [Outcome(by_target[t].change_id, t, "applied") for t in matched],
+                    at,
+                )
+        return {by_target[t].change_id for t in matched}
+
+    def _preimage_param(self, value: Any) -> Any:
+        return value if isinstance(value, str) else json.dumps(value, default=_json_default)
+
+    def _update_from_batch_sql(self, at: dt.datetime) -> str:
+        sets = [
+            f"{column} = CASE WHEN (b.set_mask & {1 << bit}) <> 0 THEN b.{column} ELSE memories.{column} END"
+            for bit, column in enumerate(WRITABLE)
+        ]
+        updated_at = self._to_db("updated_at", at)
+        return (
+            f"UPDATE memories SET {', '.join(sets)}, version = memories.version + 1, "
+            f"updated_at = {self._literal(updated_at)} FROM _batch b WHERE memories.id = b.target_id"
+        )
+
+    def _literal(self, value: Any) -> str:
+        if isinstance(value, str):
+            return "'" + value.replace("'", "''") + "'"
+        return f"'{value.isoformat()}'"
+
+    def insert_memories_once(
+        self, rows: Sequence[tuple[str, dict[str, Any]]], *, actor: str, change_set_id: str
+    ) -> set[str]:
+        """Insert new memories (change_id, row); an id that exists already is not inserted. Audited."""
+        at = utc_now()
+        landed: set[str] = set()
+        with self.write_transaction() as cur:
+            for change_id, row in rows:
+                if self.insert_memories([row], cur=cur):
+                    landed.add(change_id)
+                    cur.execute(
+                        self._sql(
+                            "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, "
+                            "before, after) VALUES (?, ?, ?, ?, 'memory', ?, 'insert', NULL, ?)"
+                        ),
+                        (
+                            self._to_db("created_at", at),
+                            actor,
+                            change_set_id,
+                            change_id,
+                            row["id"],
+                            json.dumps({k: v for k, v in row.items() if k != "embedding"}, default=_json_default),
+                        ),
+                    )
+            self._record_outcomes(
+                cur,
+                change_set_id,
+                [Outcome(cid, row["id"], "applied") for cid, row in rows if cid in landed],
+                at,
+            )
+        return landed
+
+    def write_links(self, writes: Sequence[LinkWrite], *, actor: str, change_set_id: str) -> set[str]:
+        """Upsert or delete links, each with an audit row holding the link's pre-image."""
+        at = utc_now()
+        landed: set[str] = set()
+        key_sql = "src_id = ? AND dst_id = ? AND kind = ?"
+        cols = ", ".join(records.LINK_COLUMNS)
+        with self.write_transaction() as cur:
+            for w in writes:
+                key = (w.link["src_id"], w.link["dst_id"], w.link["kind"])
+                cur.execute(self._sql(f"SELECT {cols} FROM memory_links WHERE {key_sql}"), key)
+                found = cur.fetchone()
+                before = (
+                    {c: self._from_db(c, v) for c, v in zip(records.LINK_COLUMNS, found, strict=True)}
+                    if found
+                    else None
+                )
+                if w.op == "link_delete":
+                    if found is None:
+                        continue
+                    cur.execute(self._sql(f"DELETE FROM memory_links WHERE {key_sql}"), key)
+                    after = None
+                else:
+                    full = {"origin": "pipeline", "traversed_at": None, **w.link, "updated_at": at}
+                    full["created_at"] = before["created_at"] if before else at
+                    cur.execute(
+                        self._sql(
+                            f"INSERT INTO memory_links ({cols}) VALUES ({', '.join('?' for _ in records.LINK_COLUMNS)}) "
+                            "ON CONFLICT (src_id, dst_id, kind) DO UPDATE SET weight = excluded.weight, "
+                            "origin = excluded.origin, updated_at = excluded.updated_at"
+                        ),
+                        tuple(self._to_db(c, full[c]) for c in records.LINK_COLUMNS),
+                    )
+                    after = full
+                landed.add(w.change_id)
+                cur.execute(
+                    self._sql(
+                        "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, "
+                        "before, after) VALUES (?, ?, ?, ?, 'link', ?, ?, ?, ?)"
+                    ),
+                    (
+                        self._to_db("created_at", at),
+                        actor,
+                        change_set_id,
+                        w.change_id,
+                        "|".join(key),
+                        w.op,
+                        json.dumps(before, default=_json_default) if before else None,
+                        json.dumps(after, default=_json_default) if after else None,
+                    ),
+                )
+            self._record_outcomes(
+                cur,
+                change_set_id,
+                [Outcome(w.change_id, "|".join((w.link["src_id"], w.link["dst_id"], w.link["kind"])),
+                         "applied" if w.change_id in landed else "ineligible",
+                         None if w.change_id in landed else "link no longer exists")
+                 for w in writes],
+                at,
+            )
+        return landed
+
+    def restore_preimage(self, preimage: dict[str, Any], *, actor: str, reason: str) -> bool:
+        """Re-insert a deleted memory from its audit pre-image under its original id; False if it exists."""
+        row = {c: preimage.get(c) for c in records.MEMORY_COLUMNS}
+        for column in TIMESTAMP_COLUMNS:
+            if row[column] is not None:
+                row[column] = self._from_db(column, row[column]) if not isinstance(row[column], str) else _parse_ts(row[column])
+        for column in BOOL_COLUMNS:
+            row[column] = bool(row[column])
+        for column in JSON_COLUMNS:
+            if isinstance(row[column], str):
+                row[column] = json.loads(row[column])
+        embedding = self._embedding_from_preimage(preimage)
+        with self.write_transaction() as cur:
+            row_params = {**row, "embedding": None}
+            if not self.insert_memories([row_params], cur=cur):
+                return False
+            if embedding is not None:
+                cur.execute(self._sql("UPDATE memories SET embedding = ? WHERE id = ?"), (embedding, row["id"]))
+            cur.execute(
+                self._sql(
+                    "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "
+                    "after) VALUES (?, ?, NULL, NULL, 'memory', ?, 'restore', NULL, ?)"
+                ),
+                (self._to_db("created_at", utc_now()), actor, row["id"], json.dumps({"reason": reason})),
+            )
+        return True
+
+
+def _parse_ts(text: str) -> dt.datetime:
+    from engram_pipelines.timestamps import parse_timestamp
+
+    return parse_timestamp(text)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        from engram_pipelines.timestamps import format_timestamp
+
+        return format_timestamp(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot serialise {type(value).__name__}")

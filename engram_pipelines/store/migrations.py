@@ -1,0 +1,221 @@
+"""Versioned schema migrations, one list of statements per dialect and version.
+
+A migration runs once, in a transaction, and is recorded in `schema_migrations`. New versions are appended;
+a released version is never edited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Dialect = Literal["sqlite", "postgres"]
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    sqlite: tuple[str, ...]
+    postgres: tuple[str, ...]
+
+    def statements(self, dialect: Dialect, *, pgvector: bool = False) -> list[str]:
+        if dialect == "sqlite":
+            return list(self.sqlite)
+        embedding_type = "vector" if pgvector else "bytea"
+        return [s.replace("{EMBEDDING}", embedding_type) for s in self.postgres]
+
+
+_SQLITE_INITIAL = (
+    """
+    CREATE TABLE memories (
+        id TEXT PRIMARY KEY,
+        namespace TEXT NOT NULL,
+        tier TEXT NOT NULL DEFAULT 'stm' CHECK (tier IN ('stm', 'ltm')),
+        kind TEXT NOT NULL DEFAULT 'episodic' CHECK (kind IN ('episodic', 'semantic', 'summary', 'block')),
+        content TEXT NOT NULL,
+        embedding BLOB,
+        embedding_model TEXT,
+        embedded_content_sha TEXT,
+        importance REAL NOT NULL DEFAULT 0.5 CHECK (importance >= 0 AND importance <= 1),
+        score REAL,
+        access_count INTEGER NOT NULL DEFAULT 0,
+        last_accessed_at TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        version INTEGER NOT NULL DEFAULT 1,
+        pinned INTEGER NOT NULL DEFAULT 0,
+        zone TEXT NOT NULL DEFAULT 'active' CHECK (zone IN ('active', 'archived', 'purge_queue')),
+        zone_since TEXT,
+        superseded_by TEXT,
+        stale INTEGER NOT NULL DEFAULT 0,
+        tags TEXT NOT NULL DEFAULT '[]',
+        metadata TEXT NOT NULL DEFAULT '{}'
+    )
+    """,
+    "CREATE INDEX memories_namespace ON memories (namespace)",
+    """
+    CREATE TABLE memory_links (
+        namespace TEXT NOT NULL,
+        src_id TEXT NOT NULL,
+        dst_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        weight REAL NOT NULL DEFAULT 1.0,
+        origin TEXT NOT NULL DEFAULT 'agent',
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        traversed_at TEXT,
+        PRIMARY KEY (src_id, dst_id, kind)
+    )
+    """,
+    "CREATE INDEX memory_links_dst ON memory_links (dst_id)",
+    """
+    CREATE TABLE audit_log (
+        audit_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        change_set_id TEXT,
+        change_id TEXT,
+        target_kind TEXT NOT NULL,
+        target_id TEXT NOT NULL,
+        op TEXT NOT NULL,
+        before TEXT,
+        after TEXT
+    )
+    """,
+    "CREATE INDEX audit_log_target ON audit_log (target_id)",
+    "CREATE INDEX audit_log_change ON audit_log (change_set_id, change_id)",
+    """
+    CREATE TABLE change_sets (
+        change_set_id TEXT PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        as_of TEXT NOT NULL,
+        job TEXT NOT NULL,
+        review_class TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('proposed', 'approved', 'applied', 'reverted')),
+        path TEXT NOT NULL,
+        config_fingerprint TEXT NOT NULL,
+        total INTEGER NOT NULL,
+        counts TEXT NOT NULL DEFAULT '{}',
+        approved_at TEXT,
+        approved_by TEXT,
+        applied_at TEXT,
+        reverted_at TEXT
+    )
+    """,
+    """
+    CREATE TABLE change_ledger (
+        change_id TEXT PRIMARY KEY,
+        change_set_id TEXT NOT NULL,
+        target_id TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        detail TEXT,
+        at TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX change_ledger_set ON change_ledger (change_set_id)",
+    """
+    CREATE VIEW recall_memories AS
+        SELECT * FROM memories WHERE superseded_by IS NULL AND zone = 'active'
+    """,
+)
+
+_POSTGRES_INITIAL = (
+    """
+    CREATE TABLE memories (
+        id TEXT PRIMARY KEY,
+        namespace TEXT NOT NULL,
+        tier TEXT NOT NULL DEFAULT 'stm' CHECK (tier IN ('stm', 'ltm')),
+        kind TEXT NOT NULL DEFAULT 'episodic' CHECK (kind IN ('episodic', 'semantic', 'summary', 'block')),
+        content TEXT NOT NULL,
+        embedding {EMBEDDING},
+        embedding_model TEXT,
+        embedded_content_sha TEXT,
+        importance DOUBLE PRECISION NOT NULL DEFAULT 0.5 CHECK (importance >= 0 AND importance <= 1),
+        score DOUBLE PRECISION,
+        access_count BIGINT NOT NULL DEFAULT 0,
+        last_accessed_at TIMESTAMPTZ,
+        created_at TIMESTAMPTZ NOT NULL,
+        updated_at TIMESTAMPTZ NOT NULL,
+        version BIGINT NOT NULL DEFAULT 1,
+        pinned BOOLEAN NOT NULL DEFAULT false,
+        zone TEXT NOT NULL DEFAULT 'active' CHECK (zone IN ('active', 'archived', 'purge_queue')),
+        zone_since TIMESTAMPTZ,
+        superseded_by TEXT,
+        stale BOOLEAN NOT NULL DEFAULT false,
+        tags JSONB NOT NULL DEFAULT '[]',
+        metadata JSONB NOT NULL DEFAULT '{}'
+    )
+    """,
+    "CREATE INDEX memories_namespace ON memories (namespace)",
+    """
+    CREATE TABLE memory_links (
+        namespace TEXT NOT NULL,
+        src_id TEXT NOT NULL,
+        dst_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        weight DOUBLE PRECISION NOT NULL DEFAULT 1.0,
+        origin TEXT NOT NULL DEFAULT 'agent',
+        created_at TIMESTAMPTZ NOT NULL,
+        updated_at TIMESTAMPTZ NOT NULL,
+        traversed_at TIMESTAMPTZ,
+        PRIMARY KEY (src_id, dst_id, kind)
+    )
+    """,
+    "CREATE INDEX memory_links_dst ON memory_links (dst_id)",
+    """
+    CREATE TABLE audit_log (
+        audit_id BIGSERIAL PRIMARY KEY,
+        at TIMESTAMPTZ NOT NULL,
+        actor TEXT NOT NULL,
+        change_set_id TEXT,
+        change_id TEXT,
+        target_kind TEXT NOT NULL,
+        target_id TEXT NOT NULL,
+        op TEXT NOT NULL,
+        before JSONB,
+        after JSONB
+    )
+    """,
+    "CREATE INDEX audit_log_target ON audit_log (target_id)",
+    "CREATE INDEX audit_log_change ON audit_log (change_set_id, change_id)",
+    """
+    CREATE TABLE change_sets (
+        change_set_id TEXT PRIMARY KEY,
+        created_at TIMESTAMPTZ NOT NULL,
+        as_of TEXT NOT NULL,
+        job TEXT NOT NULL,
+        review_class TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('proposed', 'approved', 'applied', 'reverted')),
+        path TEXT NOT NULL,
+        config_fingerprint TEXT NOT NULL,
+        total BIGINT NOT NULL,
+        counts JSONB NOT NULL DEFAULT '{}',
+        approved_at TIMESTAMPTZ,
+        approved_by TEXT,
+        applied_at TIMESTAMPTZ,
+        reverted_at TIMESTAMPTZ
+    )
+    """,
+    """
+    CREATE TABLE change_ledger (
+        change_id TEXT PRIMARY KEY,
+        change_set_id TEXT NOT NULL,
+        target_id TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        detail TEXT,
+        at TIMESTAMPTZ NOT NULL
+    )
+    """,
+    "CREATE INDEX change_ledger_set ON change_ledger (change_set_id)",
+    """
+    CREATE VIEW recall_memories AS
+        SELECT * FROM memories WHERE superseded_by IS NULL AND zone = 'active'
+    """,
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "memories, links, audit log, change sets, ledger, recall view", _SQLITE_INITIAL, _POSTGRES_INITIAL),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version

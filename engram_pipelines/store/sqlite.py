@@ -1,0 +1,186 @@
+"""The embedded SQLite store: WAL, and every write transaction takes the write lock up front.
+
+Agents and the pipeline share one file. A deferred transaction that reads and then writes fails outright
+when another writer got the lock in between ("database is locked" without waiting), so writes here always
+`BEGIN IMMEDIATE` and wait up to the busy timeout instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from engram_pipelines import records
+from engram_pipelines.store.base import BOOL_COLUMNS, JSON_COLUMNS, TIMESTAMP_COLUMNS, Store, StoreError
+from engram_pipelines.timestamps import format_timestamp, parse_timestamp
+
+BUSY_TIMEOUT_MS = 10_000
+_LINK_TS = ("created_at", "updated_at", "traversed_at")
+
+
+class SQLiteStore(Store):
+    dialect = "sqlite"
+
+    def __init__(self, url: str) -> None:
+        self.path = sqlite_path(url)
+        super().__init__(url)
+
+    def _connect(self) -> sqlite3.Connection:
+        if str(self.path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"cannot open SQLite store {self.path}: {exc}") from None
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[sqlite3.Cursor]:
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield cur
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        else:
+            cur.execute("COMMIT")
+
+    @contextmanager
+    def read_transaction(self) -> Iterator[None]:
+        # Autocommit mode: each read sees the latest committed state; nothing to roll back.
+        yield
+
+    def _sql(self, sql: str) -> str:
+        return sql
+
+    def _json_object(self, pairs: Sequence[tuple[str, str]]) -> str:
+        return "json_object(" + ", ".join(f"'{k}', {v}" for k, v in pairs) + ")"
+
+    def _json_value_sql(self, column: str) -> str:
+        return f"json(m.{column})" if column in JSON_COLUMNS else f"m.{column}"
+
+    def _lock_clause(self) -> str:
+        return ""  # BEGIN IMMEDIATE already holds the database's write lock
+
+    def _null_safe_eq(self, a: str, b: str) -> str:
+        return f"{a} IS {b}"
+
+    def _ensure_batch_tables(self, cur: Any) -> None:
+        cols = ", ".join(self._BATCH_COLUMNS)
+        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS _batch ({cols})")
+        cur.execute("DELETE FROM _batch")
+
+    def _fill_batch_table(self, cur: Any, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
+        marks = ", ".join("?" for _ in columns)
+        cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
+
+    def _encode_embedding(self, vector: Any) -> bytes | None:
+        if vector is None:
+            return None
+        return np.asarray(vector, dtype="<f4").tobytes()
+
+    def _decode_embedding(self, value: Any) -> np.ndarray | None:
+        return None if value is None else np.frombuffer(value, dtype="<f4").copy()
+
+    def _embedding_preimage_sql(self) -> str:
+        return "hex(m.embedding)"
+
+    def _embedding_from_preimage(self, preimage: dict[str, Any]) -> bytes | None:
+        text = preimage.get("embedding")
+        return bytes.fromhex(text) if text else None
+
+    def _to_db(self, column: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if column in TIMESTAMP_COLUMNS or column in _LINK_TS:
+            return format_timestamp(value if isinstance(value, dt.datetime) else parse_timestamp(value))
+        if column in BOOL_COLUMNS:
+            return 1 if value else 0
+        if column in JSON_COLUMNS:
+            return value if isinstance(value, str) else json.dumps(value, sort_keys=column == "metadata")
+        return value
+
+    def _from_db(self, column: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if column in TIMESTAMP_COLUMNS or column in _LINK_TS:
+            return parse_timestamp(value)
+        if column in BOOL_COLUMNS:
+            return bool(value)
+        if column in JSON_COLUMNS:
+            return json.loads(value)
+        return value
+
+    def iter_memory_batches(self, batch_size: int, embedding_dim: int) -> Iterator[pa.RecordBatch]:
+        schema = records.memory_schema(embedding_dim)
+        columns = schema.names
+        cur = self.conn.cursor()
+        cur.execute(f"SELECT {', '.join(columns)} FROM memories ORDER BY id")
+        while rows := cur.fetchmany(batch_size):
+            yield _memory_batch(list(zip(*rows, strict=True)), columns, schema, embedding_dim)
+
+    def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
+        cur = self.conn.cursor()
+        cur.execute(f"SELECT {', '.join(records.LINK_COLUMNS)} FROM memory_links ORDER BY src_id, dst_id, kind")
+        while rows := cur.fetchmany(batch_size):
+            cols = list(zip(*rows, strict=True))
+            arrays = [
+                pa.array(values, type=pa.string()).cast(f.type) if f.type == records.TIMESTAMP else pa.array(values, f.type)
+                for values, f in zip(cols, records.LINK_FIELDS, strict=True)
+            ]
+            yield pa.RecordBatch.from_arrays(arrays, schema=records.LINK_SCHEMA)
+
+
+def _memory_batch(
+    cols: list[tuple], columns: list[str], schema: pa.Schema, embedding_dim: int
+) -> pa.RecordBatch:
+    arrays = []
+    for name, values in zip(columns, cols, strict=True):
+        field = schema.field(name)
+        if name == "embedding":
+            arrays.append(embedding_array(values, embedding_dim))
+        elif field.type == records.TIMESTAMP:
+            arrays.append(pa.array(values, type=pa.string()).cast(field.type))
+        elif field.type == pa.bool_():
+            arrays.append(pa.array([bool(v) for v in values], type=pa.bool_()))
+        else:
+            arrays.append(pa.array(values, type=field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def embedding_array(blobs: Sequence[bytes | None], dim: int) -> pa.FixedSizeListArray:
+    """float32 blobs -> a fixed-size list array; NULL where absent or of another dimension.
+
+    A vector of the wrong size cannot live in a fixed-size column; the snapshot finds those rows by their
+    NULL embedding next to a non-NULL embedding_model and quarantines them with a reason.
+    """
+    width = dim * 4
+    valid = np.fromiter((b is not None and len(b) == width for b in blobs), dtype=bool, count=len(blobs))
+    filler = b"\x00" * width
+    flat = np.frombuffer(b"".join(b if ok else filler for b, ok in zip(blobs, valid, strict=True)), dtype="<f4")
+    values = pa.array(flat.astype(np.float32, copy=False), type=pa.float32())
+    return pa.FixedSizeListArray.from_arrays(values, dim, mask=pa.array(~valid))
+
+
+def sqlite_path(url: str) -> Path:
+    """`sqlite:///relative/path.db`, `sqlite:////absolute/path.db` or `sqlite:///:memory:`."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        raise StoreError(f"not a SQLite URL: {url!r} (expected sqlite:///path/to/engram.db)")
+    rest = url[len(prefix) :]
+    if not rest:
+        raise StoreError(f"SQLite URL {url!r} names no file (expected sqlite:///path/to/engram.db)")
+    return Path(rest)

@@ -1,0 +1,111 @@
+"""The Parquet warehouse: where each table of each as-of partition lives, and DuckDB views over them.
+
+Layout (hive-style partitions, so DuckDB and any Parquet reader see `as_of` as a column):
+
+    <warehouse>/<table>/as_of=YYYY-MM-DD/part-0.parquet
+    <warehouse>/change_sets/<change_set_id>.parquet
+    <warehouse>/reports/as_of=YYYY-MM-DD/...
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# Tables written per as-of partition, each a directory under the warehouse.
+PARTITIONED_TABLES = (
+    "memories",
+    "links",
+    "quarantine",
+    "decay_scores",
+    "promotions",
+    "retention",
+    "similarity_pairs",
+    "duplicates",
+    "consolidation",
+    "contradictions",
+    "semantic",
+    "compression",
+    "associations",
+    "temporal",
+    "gc",
+    "proposals",
+)
+
+
+@dataclass(frozen=True)
+class Warehouse:
+    root: Path
+
+    def partition_dir(self, table: str, as_of: dt.date) -> Path:
+        return self.root / table / f"as_of={as_of.isoformat()}"
+
+    def table_path(self, table: str, as_of: dt.date) -> Path:
+        return self.partition_dir(table, as_of) / "part-0.parquet"
+
+    def change_set_path(self, change_set_id: str) -> Path:
+        return self.root / "change_sets" / f"{change_set_id}.parquet"
+
+    def reports_dir(self, as_of: dt.date) -> Path:
+        path = self.root / "reports" / f"as_of={as_of.isoformat()}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def write_table(self, table: str, as_of: dt.date, data: pa.Table) -> Path:
+        """Replace one partition of a table atomically (write aside, then rename)."""
+        final = self.partition_dir(table, as_of)
+        staging = final.with_name(final.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        pq.write_table(data, staging / "part-0.parquet", compression="zstd")
+        shutil.rmtree(final, ignore_errors=True)
+        staging.rename(final)
+        return final / "part-0.parquet"
+
+    @contextmanager
+    def partition_writer(self, table: str, as_of: dt.date, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
+        """Stream record batches into one partition; it appears (atomically) only when the writer closes."""
+        final = self.partition_dir(table, as_of)
+        staging = final.with_name(final.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        with pq.ParquetWriter(staging / "part-0.parquet", schema, compression="zstd") as writer:
+            yield writer
+        shutil.rmtree(final, ignore_errors=True)
+        staging.rename(final)
+
+    def read_table(self, table: str, as_of: dt.date, columns: list[str] | None = None) -> pa.Table:
+        path = self.table_path(table, as_of)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"no {table} partition for {as_of} under {self.root} (materialise the snapshot for that date first)"
+            )
+        return pq.read_table(path, columns=columns)
+
+    def has_table(self, table: str, as_of: dt.date) -> bool:
+        return self.table_path(table, as_of).exists()
+
+    def connect(self, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection with one view per warehouse table (all partitions, `as_of` as a column)."""
+        con = duckdb.connect(database)
+        for table in PARTITIONED_TABLES:
+            if any((self.root / table).glob("as_of=*/*.parquet")):
+                pattern = (self.root / table / "as_of=*" / "*.parquet").as_posix()
+                con.execute(
+                    f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet('{pattern}', "
+                    "hive_partitioning = true, union_by_name = true)"
+                )
+        if any((self.root / "change_sets").glob("*.parquet")):
+            pattern = (self.root / "change_sets" / "*.parquet").as_posix()
+            con.execute(
+                f"CREATE OR REPLACE VIEW changes AS SELECT * FROM read_parquet('{pattern}', union_by_name = true)"
+            )
+        return con
