@@ -113,6 +113,7 @@ class PostgresServer:
         self._os_user: _OsUser | None = None
         self._run_dir: Path | None = None
         self._pid: int | None = None
+        self._owner_pid = os.getpid()
 
     # -- public API --
 
@@ -196,6 +197,7 @@ class PostgresServer:
         self._os_user = _server_os_user() if is_root else None
         self.binaries = _locate_binaries(copy_for_other_user=is_root)
         self._run_dir = Path(tempfile.mkdtemp(prefix="engram-pg-run-"))
+        self._owner_pid = os.getpid()
         # Registered before anything can leave a process behind, so atexit cleans up even a half start.
         _LIVE_SERVERS.add(self)
         try:
@@ -252,7 +254,7 @@ class PostgresServer:
                     continue
                 raise RuntimeError(
                     f"PostgreSQL failed to start ({self.binaries}):\n{err.stdout}{err.stderr}\n"
-                    f"log {log}:\n{new_log[-4000:]}"
+                    f"end of the server log:\n{new_log[-4000:]}"
                 ) from None
         raise AssertionError("unreachable")
 
@@ -491,8 +493,10 @@ _LIVE_SERVERS: set[PostgresServer] = set()
 @atexit.register
 def _stop_live_servers() -> None:
     for server in list(_LIVE_SERVERS):
-        with contextlib.suppress(Exception):
-            server.stop()
+        # A forked child (e.g. a multiprocessing worker) inherits this set but must not stop our servers.
+        if server._owner_pid == os.getpid():
+            with contextlib.suppress(Exception):
+                server.stop()
 
 
 # -- developer entry point --

@@ -1,0 +1,244 @@
+"""Apply a stored change set to the live store: batched, CAS-guarded, audited, resumable.
+
+For each batch of changes, one transaction writes every change whose row still has the version (and the
+access/pin evidence) the snapshot saw, with an audit pre-image and a ledger row. A miss is re-read: if the
+row still qualifies, its patch is re-derived on the fresh row and written once more; a second miss is
+`skipped_concurrent_edit` (the concurrent editor wins), a row that no longer qualifies is `ineligible`.
+Changes already in the ledger are skipped, so a re-run is a no-op and a crashed run resumes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from engram_pipelines.changes.intents import Ineligible, Intent, check_eligible, diff, fold
+from engram_pipelines.changes.registry import load_change_set
+from engram_pipelines.progress import Progress, SilentProgress
+from engram_pipelines.store import Guard, LinkWrite, MemoryWrite, Outcome, Store
+from engram_pipelines.timestamps import end_of_day, utc_now
+
+OUTCOMES = ("applied", "skipped_concurrent_edit", "ineligible")
+
+
+class ReviewRequired(PermissionError):
+    pass
+
+
+class ChangeSetStateError(RuntimeError):
+    pass
+
+
+@dataclass
+class ApplyResult:
+    change_set_id: str
+    total: int
+    applied: int = 0
+    skipped_concurrent_edit: int = 0
+    ineligible: int = 0
+    retried: int = 0
+    resumed_from: int = 0  # changes already in the ledger when this run started
+    seconds: float = 0.0
+    ineligible_reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def accounted(self) -> bool:
+        return self.applied + self.skipped_concurrent_edit + self.ineligible == self.total
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "change_set_id": self.change_set_id,
+            "total": self.total,
+            "applied": self.applied,
+            "skipped_concurrent_edit": self.skipped_concurrent_edit,
+            "ineligible": self.ineligible,
+            "retried": self.retried,
+            "resumed_from": self.resumed_from,
+            "accounted": self.accounted,
+            "seconds": round(self.seconds, 3),
+            "changes_per_second": round(self.total / self.seconds, 1) if self.seconds else None,
+            "ineligible_reasons": self.ineligible_reasons,
+        }
+
+
+def apply_change_set(
+    store: Store,
+    change_set_id: str,
+    *,
+    actor: str = "engram-pipelines",
+    batch_size: int = 500,
+    allow_unapproved: bool = False,
+    progress: Progress | None = None,
+) -> ApplyResult:
+    record, table = load_change_set(store, change_set_id)
+    if record.status == "reverted":
+        raise ChangeSetStateError(f"change set {change_set_id} was reverted; it cannot be applied again")
+    if record.review_class == "gated" and record.status == "proposed" and not allow_unapproved:
+        raise ReviewRequired(
+            f"change set {change_set_id} is review-gated and not approved: inspect it with "
+            f"`engram-pipelines changes show {change_set_id}`, then `engram-pipelines approve {change_set_id}`"
+        )
+    started = time.perf_counter()
+    progress = progress or SilentProgress()
+    at = end_of_day(dt.date.fromisoformat(record.as_of))
+    done = store.ledger(change_set_id)
+    pending = [row for row in table.to_pylist() if row["change_id"] not in done]
+    result = ApplyResult(change_set_id=change_set_id, total=table.num_rows, resumed_from=len(done))
+    progress.start(f"apply {change_set_id}", len(pending))
+    by_op: dict[str, list[dict[str, Any]]] = {}
+    for row in pending:
+        by_op.setdefault(row["op"], []).append(row)
+    context = _Context(store, change_set_id, actor, at, result)
+    for op in ("update", "delete"):
+        for chunk in _chunks(by_op.get(op, []), batch_size):
+            context.memory_writes(chunk, delete=op == "delete")
+            progress.advance(len(chunk))
+    for chunk in _chunks(by_op.get("insert", []), batch_size):
+        context.inserts(chunk)
+        progress.advance(len(chunk))
+    links = by_op.get("link_upsert", []) + by_op.get("link_delete", [])
+    for chunk in _chunks(links, batch_size):
+        context.links(chunk)
+        progress.advance(len(chunk))
+    progress.finish()
+    _account(store, table, result)
+    result.seconds = time.perf_counter() - started
+    if result.accounted:
+        store.update_change_set(
+            change_set_id,
+            status="applied",
+            applied_at=utc_now(),
+            counts={**record.counts, "apply": result.as_dict()},
+        )
+    return result
+
+
+def _chunks(rows: Sequence[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    for start in range(0, len(rows), size):
+        yield list(rows[start : start + size])
+
+
+def _account(store: Store, table: pa.Table, result: ApplyResult) -> None:
+    ledger = store.ledger(result.change_set_id)
+    outcomes: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    for change_id in table.column("change_id").to_pylist():
+        outcome, detail = ledger.get(change_id, ("pending", None))
+        outcomes[outcome] += 1
+        if outcome == "ineligible":
+            reasons[detail or "unknown"] += 1
+    result.applied = outcomes["applied"]
+    result.skipped_concurrent_edit = outcomes["skipped_concurrent_edit"]
+    result.ineligible = outcomes["ineligible"]
+    result.ineligible_reasons = dict(reasons.most_common())
+
+
+@dataclass
+class _Context:
+    store: Store
+    change_set_id: str
+    actor: str
+    at: dt.datetime
+    result: ApplyResult
+
+    def memory_writes(self, chunk: list[dict[str, Any]], *, delete: bool) -> None:
+        writes = [_first_attempt(row) for row in chunk]
+        landed = self.store.cas_write_memories(
+            writes, actor=self.actor, change_set_id=self.change_set_id, delete=delete
+        )
+        misses = [row for row in chunk if row["change_id"] not in landed]
+        if misses:
+            self._retry(misses, delete=delete)
+
+    def _retry(self, misses: list[dict[str, Any]], *, delete: bool) -> None:
+        """Re-read, re-check, re-derive on the fresh row, and write once more; then skip and count."""
+        fresh = self.store.read_memories([row["target_id"] for row in misses])
+        outcomes: list[Outcome] = []
+        second: list[MemoryWrite] = []
+        for change in misses:
+            row = fresh.get(change["target_id"])
+            intents = [Intent(**i) for i in json.loads(change["intents"])]
+            try:
+                check_eligible(intents, row, _guard_values(change))
+                assert row is not None
+                patch = {} if delete else diff(row, fold(intents, row, self.at))
+                if not delete and not patch:
+                    raise Ineligible("nothing left to change: the row already has this state")
+            except Ineligible as exc:
+                outcomes.append(Outcome(change["change_id"], change["target_id"], "ineligible", str(exc)))
+                continue
+            second.append(
+                MemoryWrite(
+                    change_id=change["change_id"],
+                    target_id=change["target_id"],
+                    expected_version=row["version"],
+                    op=_op_name(change),
+                    patch=patch,
+                    guard=Guard(row["access_count"], row["last_accessed_at"], row["pinned"]),
+                )
+            )
+        self.result.retried += len(second)
+        landed = self.store.cas_write_memories(
+            second, actor=self.actor, change_set_id=self.change_set_id, delete=delete
+        )
+        outcomes.extend(
+            Outcome(w.change_id, w.target_id, "skipped_concurrent_edit", "version changed again during retry")
+            for w in second
+            if w.change_id not in landed
+        )
+        self.store.record_outcomes(self.change_set_id, outcomes)
+
+    def inserts(self, chunk: list[dict[str, Any]]) -> None:
+        rows = [(change["change_id"], _decode_row(json.loads(change["patch"]))) for change in chunk]
+        landed = self.store.insert_memories_once(rows, actor=self.actor, change_set_id=self.change_set_id)
+        self.store.record_outcomes(
+            self.change_set_id,
+            [
+                Outcome(cid, row["id"], "ineligible", "a memory with this id exists already")
+                for cid, row in rows
+                if cid not in landed
+            ],
+        )
+
+    def links(self, chunk: list[dict[str, Any]]) -> None:
+        writes = [LinkWrite(change["change_id"], change["op"], json.loads(change["patch"])) for change in chunk]
+        self.store.write_links(writes, actor=self.actor, change_set_id=self.change_set_id)
+
+
+def _op_name(change: dict[str, Any]) -> str:
+    return "+".join(change["ops"])
+
+
+def _guard_values(change: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "access_count": change["guard_access_count"],
+        "last_accessed_at": change["guard_last_accessed_at"],
+        "pinned": change["guard_pinned"],
+        "content_sha": change["guard_content_sha"],
+    }
+
+
+def _first_attempt(change: dict[str, Any]) -> MemoryWrite:
+    return MemoryWrite(
+        change_id=change["change_id"],
+        target_id=change["target_id"],
+        expected_version=int(change["expected_version"]),
+        op=_op_name(change),
+        patch=json.loads(change["patch"]),
+        guard=Guard(change["guard_access_count"], change["guard_last_accessed_at"], bool(change["guard_pinned"])),
+    )
+
+
+def _decode_row(row: dict[str, Any]) -> dict[str, Any]:
+    if row.get("embedding") is not None:
+        import numpy as np
+
+        row["embedding"] = np.asarray(row["embedding"], dtype=np.float32)
+    return row

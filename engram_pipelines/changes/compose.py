@@ -1,0 +1,242 @@
+"""Compose the analyses' intents into change sets: one CAS-guarded write per target and review class.
+
+Input: an Arrow table of intents (INTENT_SCHEMA) and the snapshot's memories. Output: one change table per
+review class (CHANGE_SCHEMA), sorted and content-addressed, so the same snapshot and config give
+byte-identical change sets. Intents that would change nothing are dropped: only transitions are written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections import defaultdict
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engram_pipelines import records
+from engram_pipelines.changes.intents import (
+    ALL_OPS,
+    INSERT,
+    LINK_OPS,
+    PURGE,
+    Intent,
+    content_sha,
+    diff,
+    fold,
+    select_intents,
+)
+from engram_pipelines.timestamps import format_timestamp
+
+REVIEW_CLASSES = ("auto", "gated")
+
+INTENT_SCHEMA = pa.schema(
+    [
+        pa.field("namespace", pa.string(), nullable=False),
+        pa.field("target_kind", pa.string(), nullable=False),  # memory | link
+        pa.field("target_id", pa.string(), nullable=False),
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("params", pa.string(), nullable=False),  # JSON object
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("evidence", pa.string(), nullable=False),  # JSON object
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("review_class", pa.string(), nullable=False),
+        pa.field("cluster_id", pa.string()),
+    ]
+)
+
+CHANGE_SCHEMA = pa.schema(
+    [
+        pa.field("change_id", pa.string(), nullable=False),
+        pa.field("change_set_id", pa.string(), nullable=False),
+        pa.field("namespace", pa.string(), nullable=False),
+        pa.field("target_kind", pa.string(), nullable=False),
+        pa.field("target_id", pa.string(), nullable=False),
+        pa.field("op", pa.string(), nullable=False),  # update | delete | insert | link_upsert | link_delete
+        pa.field("ops", pa.list_(pa.string()), nullable=False),
+        pa.field("intents", pa.string(), nullable=False),  # JSON list of {op, params, source, reason}
+        pa.field("dropped", pa.string(), nullable=False),  # JSON list of intents overruled by precedence
+        pa.field("expected_version", pa.int64()),
+        pa.field("guard_access_count", pa.int64()),
+        pa.field("guard_last_accessed_at", records.TIMESTAMP),
+        pa.field("guard_pinned", pa.bool_()),
+        pa.field("guard_content_sha", pa.string()),
+        pa.field("patch", pa.string(), nullable=False),  # JSON: column -> new value
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("evidence", pa.string(), nullable=False),  # JSON list, one per intent
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("review_class", pa.string(), nullable=False),
+        pa.field("cluster_id", pa.string()),
+        pa.field("destructive", pa.bool_(), nullable=False),
+    ]
+)
+
+
+def empty_intents() -> pa.Table:
+    return INTENT_SCHEMA.empty_table()
+
+
+def intents_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Build an intent table from dicts (params/evidence given as dicts are serialised)."""
+    prepared = []
+    for row in rows:
+        if row["op"] not in ALL_OPS:
+            raise ValueError(f"unknown op {row['op']!r}")
+        prepared.append(
+            {
+                **row,
+                "params": _dumps(row.get("params", {})),
+                "evidence": _dumps(row.get("evidence", {})),
+                "reason": row.get("reason", ""),
+                "cluster_id": row.get("cluster_id"),
+                "target_kind": row.get("target_kind", "memory"),
+            }
+        )
+    return pa.Table.from_pylist(prepared, schema=INTENT_SCHEMA)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_default)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return format_timestamp(value)
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def snapshot_rows(memories: pa.Table, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The snapshot rows of `ids` as python dicts (tags and metadata decoded)."""
+    if not ids:
+        return {}
+    wanted = memories.drop_columns(["embedding"]).filter(pc.is_in(memories["id"], pa.array(ids)))
+    rows = {}
+    for row in wanted.to_pylist():
+        row["tags"] = json.loads(row["tags"])
+        row["metadata"] = json.loads(row["metadata"])
+        rows[row["id"]] = row
+    return rows
+
+
+def compose(
+    intents: pa.Table, memories: pa.Table, *, as_of: dt.date, at: dt.datetime, job: str
+) -> dict[str, pa.Table]:
+    """review class -> change table (possibly empty), change_set_id filled in."""
+    grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in intents.to_pylist():
+        grouped[(row["review_class"], row["target_kind"], row["target_id"])].append(row)
+    memory_ids = sorted({target for (_, kind, target) in grouped if kind == "memory"})
+    rows = snapshot_rows(memories, memory_ids)
+    out: dict[str, list[dict[str, Any]]] = {klass: [] for klass in REVIEW_CLASSES}
+    for (klass, kind, target), members in sorted(grouped.items()):
+        change = _compose_one(kind, target, members, rows.get(target), at)
+        if change is not None:
+            out[klass].append({**change, "review_class": klass})
+    return {klass: _finish(changes, as_of=as_of, job=job, klass=klass) for klass, changes in out.items()}
+
+
+def _compose_one(
+    kind: str, target: str, members: list[dict[str, Any]], row: dict[str, Any] | None, at: dt.datetime
+) -> dict[str, Any] | None:
+    intents = [Intent(m["op"], json.loads(m["params"]), m["source"], m["reason"]) for m in members]
+    namespace = members[0]["namespace"]
+    if any(m["namespace"] != namespace for m in members):
+        raise ValueError(f"intents on {target} name different namespaces: nothing may cross a namespace")
+    evidence = [json.loads(m["evidence"]) for m in members]
+    cluster_id = next((m["cluster_id"] for m in members if m["cluster_id"]), None)
+    base = {
+        "namespace": namespace,
+        "target_kind": kind,
+        "target_id": target,
+        "evidence": _dumps(evidence),
+        "cluster_id": cluster_id,
+        "expected_version": None,
+        "guard_access_count": None,
+        "guard_last_accessed_at": None,
+        "guard_pinned": None,
+        "guard_content_sha": None,
+        "dropped": "[]",
+    }
+    if kind == "link":
+        intent = sorted(intents, key=Intent.sort_key)[-1]
+        op = "link_delete" if intent.op == "delete_link" else "link_upsert"
+        return {
+            **base,
+            "op": op,
+            "ops": [i.op for i in intents],
+            "intents": _intents_json(intents),
+            "patch": _dumps(intent.params),
+            "reason": "; ".join(sorted({i.reason for i in intents if i.reason})),
+            "source": ",".join(sorted({i.source for i in intents})),
+            "destructive": op == "link_delete",
+        }
+    if any(i.op == INSERT for i in intents):
+        insert = next(i for i in intents if i.op == INSERT)
+        return {
+            **base,
+            "op": "insert",
+            "ops": [INSERT],
+            "intents": _intents_json([insert]),
+            "patch": _dumps(insert.params["row"]),
+            "reason": insert.reason,
+            "source": insert.source,
+            "destructive": False,
+        }
+    if row is None:
+        raise ValueError(f"intent on memory {target} which is not in the snapshot")
+    kept, dropped = select_intents(intents)
+    guard = {
+        "expected_version": row["version"],
+        "guard_access_count": row["access_count"],
+        "guard_last_accessed_at": row["last_accessed_at"],
+        "guard_pinned": row["pinned"],
+        "guard_content_sha": content_sha(row["content"]),
+    }
+    common = {
+        **base,
+        **guard,
+        "ops": [i.op for i in kept],
+        "intents": _intents_json(kept),
+        "dropped": _intents_json(dropped),
+        "reason": "; ".join(i.reason for i in kept if i.reason),
+        "source": ",".join(sorted({i.source for i in kept})),
+    }
+    if kept[0].op == PURGE:
+        return {**common, "op": "delete", "patch": "{}", "destructive": True}
+    patch = diff(row, fold(kept, row, at))
+    if not patch:
+        return None
+    hides = patch.get("zone", "active") != "active" or patch.get("superseded_by") is not None
+    return {**common, "op": "update", "patch": _dumps(patch), "destructive": hides}
+
+
+def _intents_json(intents: list[Intent]) -> str:
+    return _dumps([{"op": i.op, "params": i.params, "source": i.source, "reason": i.reason} for i in intents])
+
+
+def _change_id(change: dict[str, Any]) -> str:
+    keyed = {k: change[k] for k in sorted(change) if k not in ("change_id", "change_set_id")}
+    return hashlib.sha256(_dumps(keyed).encode()).hexdigest()[:24]
+
+
+def _finish(changes: list[dict[str, Any]], *, as_of: dt.date, job: str, klass: str) -> pa.Table:
+    for change in changes:
+        change["change_id"] = _change_id(change)
+    changes.sort(key=lambda c: (c["namespace"], c["target_kind"], c["target_id"]))
+    digest = hashlib.sha256("".join(c["change_id"] for c in changes).encode()).hexdigest()[:10]
+    change_set_id = f"{as_of.isoformat()}-{job}-{klass}-{digest}"
+    for change in changes:
+        change["change_set_id"] = change_set_id
+    return pa.Table.from_pylist(changes, schema=CHANGE_SCHEMA).replace_schema_metadata(
+        {"change_set_id": change_set_id, "review_class": klass, "job": job, "as_of": as_of.isoformat()}
+    )
+
+
+def change_set_id_of(table: pa.Table) -> str:
+    return (table.schema.metadata or {})[b"change_set_id"].decode()

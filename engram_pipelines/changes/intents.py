@@ -1,0 +1,195 @@
+"""What an analysis may propose, and how proposals fold onto a row.
+
+An *intent* is one analysis's wish for one target ("mark m1 stale", "supersede m7 by m3"). Intents on the
+same row compose into one change (one CAS write). The fold below is used twice: when the change set is built
+(on the snapshot row) and again at apply time when a CAS write missed (on the freshly read row), so the patch
+is always derived the same way.
+
+Precedence on one row (documented in docs/concepts.md):
+1. `purge` deletes the row; every other intent on that row is dropped.
+2. The others fold in OP_ORDER. Of several `move_zone`, the most advanced zone wins; of several `supersede`,
+   the first in (source, by) order wins. Tag unions, duplicate annotations, contradiction flags accumulate.
+3. Nothing but `supersede` writes `superseded_by`, and nothing clears it: decay, retention and promotion
+   cannot un-hide a superseded row.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from engram_pipelines.timestamps import format_timestamp
+
+# Ops on an existing memory, in the order they fold.
+OP_ORDER = (
+    "promote_tier",
+    "promote_kind",
+    "clear_stale",
+    "mark_stale",
+    "set_score",
+    "move_zone",
+    "supersede",
+    "flag_contradiction",
+    "union_tags",
+    "annotate_duplicates",
+    "set_metadata",
+)
+MEMORY_UPDATE_OPS = frozenset(OP_ORDER)
+PURGE = "purge"
+INSERT = "insert_memory"
+LINK_OPS = frozenset({"upsert_link", "delete_link"})
+ALL_OPS = MEMORY_UPDATE_OPS | {PURGE, INSERT} | LINK_OPS
+
+# Ops that hide or delete: never on a pinned row or a `block` row (issue 4's pin guarantee).
+HIDING_OPS = frozenset({"move_zone", PURGE, "supersede", "mark_stale"})
+# Ops decided on access evidence: a row accessed since the snapshot is no longer eligible.
+ACCESS_SENSITIVE_OPS = frozenset({"mark_stale", "move_zone", PURGE})
+# Ops decided on content evidence (similarity, parsing): a row whose content changed is no longer eligible.
+CONTENT_SENSITIVE_OPS = frozenset({"supersede", "flag_contradiction", "union_tags", "annotate_duplicates"})
+
+ZONE_RANK = {"active": 0, "archived": 1, "purge_queue": 2}
+
+
+@dataclass(frozen=True)
+class Intent:
+    op: str
+    params: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    reason: str = ""
+
+    def sort_key(self) -> tuple[int, str, str]:
+        rank = OP_ORDER.index(self.op) if self.op in MEMORY_UPDATE_OPS else len(OP_ORDER)
+        return (rank, self.source, str(sorted(self.params.items(), key=lambda kv: kv[0])))
+
+
+class Ineligible(Exception):
+    """The row no longer qualifies for the change (the reason says why)."""
+
+
+def content_sha(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()[:16]
+
+
+def check_eligible(intents: list[Intent], row: dict[str, Any] | None, guard: dict[str, Any]) -> None:
+    """Raise Ineligible when `row` (fresh from the store) no longer qualifies for these intents.
+
+    `guard` holds the evidence the decision was made on: access_count, last_accessed_at, pinned, content_sha.
+    """
+    if row is None:
+        raise Ineligible("target no longer exists")
+    ops = {i.op for i in intents}
+    if ops & HIDING_OPS and (row["pinned"] or row["kind"] == "block"):
+        raise Ineligible("row is pinned or a block now")
+    if ops & ACCESS_SENSITIVE_OPS and (
+        row["access_count"] != guard.get("access_count") or row["last_accessed_at"] != guard.get("last_accessed_at")
+    ):
+        raise Ineligible("accessed since the snapshot: the decay evidence is stale")
+    if ops & CONTENT_SENSITIVE_OPS and guard.get("content_sha") not in (None, content_sha(row["content"])):
+        raise Ineligible("content changed since the similarity evidence was computed")
+    for intent in intents:
+        if intent.op == "move_zone" and row["zone"] != intent.params["from"]:
+            raise Ineligible(f"zone is {row['zone']!r} now, not {intent.params['from']!r}")
+        if intent.op == PURGE and row["zone"] != "purge_queue":
+            raise Ineligible(f"zone is {row['zone']!r} now, not 'purge_queue'")
+        if intent.op == "supersede" and row["superseded_by"] is not None:
+            raise Ineligible(f"already superseded by {row['superseded_by']}")
+        if intent.op == "promote_tier" and row["tier"] != intent.params.get("from", "stm"):
+            raise Ineligible(f"tier is {row['tier']!r} now")
+        if intent.op == "promote_kind" and row["kind"] != intent.params.get("from", "episodic"):
+            raise Ineligible(f"kind is {row['kind']!r} now")
+
+
+def select_intents(intents: list[Intent]) -> tuple[list[Intent], list[Intent]]:
+    """Apply the precedence rules: returns (kept, dropped) in fold order."""
+    ordered = sorted(intents, key=Intent.sort_key)
+    if any(i.op == PURGE for i in ordered):
+        purge = next(i for i in ordered if i.op == PURGE)
+        return [purge], [i for i in ordered if i is not purge]
+    kept: list[Intent] = []
+    dropped: list[Intent] = []
+    zone_moves = [i for i in ordered if i.op == "move_zone"]
+    best_zone = max(zone_moves, key=lambda i: ZONE_RANK[i.params["to"]]) if zone_moves else None
+    first_supersede = next((i for i in ordered if i.op == "supersede"), None)
+    for intent in ordered:
+        if (intent.op == "move_zone" and intent is not best_zone) or (
+            intent.op == "supersede" and intent is not first_supersede
+        ):
+            dropped.append(intent)
+        else:
+            kept.append(intent)
+    return kept, dropped
+
+
+def fold(intents: list[Intent], row: dict[str, Any], at: dt.datetime) -> dict[str, Any]:
+    """The row's writable columns after the intents; `row` is not modified."""
+    out = {
+        "tier": row["tier"],
+        "kind": row["kind"],
+        "score": row["score"],
+        "stale": row["stale"],
+        "zone": row["zone"],
+        "zone_since": row["zone_since"],
+        "superseded_by": row["superseded_by"],
+        "tags": list(row["tags"]),
+        "metadata": copy.deepcopy(row["metadata"]),
+    }
+    when = format_timestamp(at)
+    meta = out["metadata"]
+    for intent in intents:
+        p = intent.params
+        match intent.op:
+            case "promote_tier":
+                out["tier"] = p["to"]
+                meta["promotion"] = {"to": p["to"], "reason": intent.reason, "at": when}
+            case "promote_kind":
+                out["kind"] = p["to"]
+                meta["kindPromotion"] = {"to": p["to"], "reason": intent.reason, "at": when}
+            case "mark_stale":
+                out["stale"] = True
+                out["score"] = p["score"]
+                meta["stale"] = {"reason": intent.reason, "score": p["score"], "at": when}
+            case "clear_stale":
+                out["stale"] = False
+                out["score"] = p["score"]
+                meta.pop("stale", None)
+            case "set_score":
+                out["score"] = p["score"]
+            case "move_zone":
+                out["zone"] = p["to"]
+                out["zone_since"] = at
+                meta["zone"] = {"from": p["from"], "to": p["to"], "reason": intent.reason, "at": when}
+            case "supersede":
+                out["superseded_by"] = p["by"]
+                meta["supersededBy"] = p["by"]
+                meta["supersededReason"] = intent.reason
+                meta["supersededAt"] = when
+            case "flag_contradiction":
+                others = set(meta.get("contradictionWith", []))
+                others.add(p["with"])
+                meta["contradictionWith"] = sorted(others)
+                reasons = dict(meta.get("contradictionReasons", {}))
+                reasons[p["with"]] = intent.reason
+                meta["contradictionReasons"] = reasons
+                meta["contradictedAt"] = when
+            case "union_tags":
+                for tag in p["tags"]:
+                    if tag not in out["tags"]:
+                        out["tags"].append(tag)
+            case "annotate_duplicates":
+                matches = list(meta.get("duplicateMatches", []))
+                known = {m["id"] for m in matches}
+                matches.extend(m for m in p["matches"] if m["id"] not in known)
+                meta["duplicateMatches"] = matches
+            case "set_metadata":
+                meta.update(p["values"])
+            case _:
+                raise ValueError(f"{intent.op!r} is not an update op")
+    return out
+
+
+def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Columns whose value changes."""
+    return {k: v for k, v in after.items() if before.get(k) != v}

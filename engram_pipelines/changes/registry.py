@@ -1,0 +1,76 @@
+"""Stored change sets: Parquet in the warehouse, registered in the store's `change_sets` table."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engram_pipelines.changes.compose import CHANGE_SCHEMA, change_set_id_of
+from engram_pipelines.store import ChangeSetRecord, Store
+from engram_pipelines.warehouse import Warehouse
+
+
+class ChangeSetNotFound(LookupError):
+    pass
+
+
+def counts_of(table: pa.Table) -> dict[str, Any]:
+    ops: Counter[str] = Counter()
+    for ops_list in table.column("ops").to_pylist():
+        ops.update(ops_list)
+    return {
+        "total": table.num_rows,
+        "by_op": dict(sorted(ops.items())),
+        "by_namespace": dict(sorted(Counter(table.column("namespace").to_pylist()).items())),
+        "destructive": sum(table.column("destructive").to_pylist()),
+    }
+
+
+def store_change_set(
+    store: Store, warehouse: Warehouse, table: pa.Table, *, created_at: dt.datetime, config_fingerprint: str
+) -> ChangeSetRecord:
+    """Write the change set's Parquet (deterministic bytes) and register it as `proposed` (idempotent)."""
+    change_set_id = change_set_id_of(table)
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    path = warehouse.change_set_path(change_set_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        pq.write_table(table, tmp, compression="zstd", write_statistics=True)
+        tmp.rename(path)
+    record = ChangeSetRecord(
+        change_set_id=change_set_id,
+        created_at=created_at,
+        as_of=meta["as_of"],
+        job=meta["job"],
+        review_class=meta["review_class"],
+        status="proposed",
+        path=str(path),
+        config_fingerprint=config_fingerprint,
+        total=table.num_rows,
+        counts=counts_of(table),
+    )
+    if not store.register_change_set(record):
+        existing = store.get_change_set(change_set_id)
+        assert existing is not None
+        return existing
+    return record
+
+
+def load_change_set(store: Store, change_set_id: str) -> tuple[ChangeSetRecord, pa.Table]:
+    record = store.get_change_set(change_set_id)
+    if record is None:
+        known = ", ".join(r.change_set_id for r in store.list_change_sets()[-5:]) or "none yet"
+        raise ChangeSetNotFound(
+            f"no change set {change_set_id!r} in this store (recent: {known}); `engram-pipelines changes list` "
+            "shows them all"
+        )
+    path = Path(record.path)
+    if not path.exists():
+        raise ChangeSetNotFound(f"change set {change_set_id} is registered but its file {path} is missing")
+    return record, pq.read_table(path, schema=CHANGE_SCHEMA)

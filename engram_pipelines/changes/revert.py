@@ -1,0 +1,114 @@
+"""Undo an applied change set from its audit pre-images (CAS-guarded), restore a purged memory, approve."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engram_pipelines.changes.registry import load_change_set
+from engram_pipelines.records import WRITABLE_COLUMNS
+from engram_pipelines.store import LinkWrite, MemoryWrite, Outcome, Store
+from engram_pipelines.timestamps import utc_now
+
+
+class RestoreError(LookupError):
+    pass
+
+
+@dataclass
+class RevertResult:
+    change_set_id: str
+    reverted: int = 0
+    skipped_edited_since: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "change_set_id": self.change_set_id,
+            "reverted": self.reverted,
+            "skipped_edited_since": len(self.skipped_edited_since),
+            "skipped_ids": self.skipped_edited_since[:50],
+        }
+
+
+def approve_change_set(store: Store, change_set_id: str, *, actor: str) -> None:
+    record, _ = load_change_set(store, change_set_id)
+    if record.status != "proposed":
+        raise ValueError(f"change set {change_set_id} is {record.status}; only a proposed set can be approved")
+    store.update_change_set(change_set_id, status="approved", approved_at=utc_now(), approved_by=actor)
+
+
+def revert_change_set(store: Store, change_set_id: str, *, actor: str = "engram-pipelines") -> RevertResult:
+    """Put every row the set changed back to its pre-image, unless the row was edited since (then skip)."""
+    record, _ = load_change_set(store, change_set_id)
+    if record.status != "applied":
+        raise ValueError(f"change set {change_set_id} is {record.status}; only an applied set can be reverted")
+    result = RevertResult(change_set_id)
+    revert_set = f"{change_set_id}:revert"
+    audit = [a for a in store.audit_rows(change_set_id=change_set_id) if a["change_id"]]
+    for entry in reversed(audit):
+        if entry["target_kind"] == "link":
+            _revert_link(store, entry, actor, revert_set)
+            result.reverted += 1
+        elif entry["op"] == "insert":
+            _revert_insert(store, entry, actor, revert_set, result)
+        elif entry["before"] is not None and entry["after"] is None:
+            if store.restore_preimage(entry["before"], actor=actor, reason=f"revert of {change_set_id}"):
+                result.reverted += 1
+            else:
+                result.skipped_edited_since.append(entry["target_id"])
+        else:
+            _revert_update(store, entry, actor, revert_set, result)
+    store.update_change_set(change_set_id, status="reverted", reverted_at=utc_now())
+    return result
+
+
+def _revert_update(store: Store, entry: dict[str, Any], actor: str, revert_set: str, result: RevertResult) -> None:
+    before = entry["before"]
+    patch = {c: before[c] for c in WRITABLE_COLUMNS}
+    patch["stale"] = bool(patch["stale"])
+    write = MemoryWrite(
+        change_id=f"revert:{entry['change_id']}",
+        target_id=entry["target_id"],
+        expected_version=int(entry["after"]["version"]),
+        op="revert",
+        patch=patch,
+    )
+    if store.cas_write_memories([write], actor=actor, change_set_id=revert_set):
+        result.reverted += 1
+    else:
+        result.skipped_edited_since.append(entry["target_id"])
+        store.record_outcomes(
+            revert_set, [Outcome(write.change_id, write.target_id, "revert_skipped", "edited since the apply")]
+        )
+
+
+def _revert_insert(store: Store, entry: dict[str, Any], actor: str, revert_set: str, result: RevertResult) -> None:
+    write = MemoryWrite(f"revert:{entry['change_id']}", entry["target_id"], 1, "revert-insert")
+    if store.cas_write_memories([write], actor=actor, change_set_id=revert_set, delete=True):
+        result.reverted += 1
+    else:
+        result.skipped_edited_since.append(entry["target_id"])
+
+
+def _revert_link(store: Store, entry: dict[str, Any], actor: str, revert_set: str) -> None:
+    change_id = f"revert:{entry['change_id']}"
+    if entry["before"] is None:
+        store.write_links([LinkWrite(change_id, "link_delete", entry["after"])], actor=actor, change_set_id=revert_set)
+    else:
+        store.write_links([LinkWrite(change_id, "link_upsert", entry["before"])], actor=actor, change_set_id=revert_set)
+
+
+def restore_memory(store: Store, memory_id: str, *, actor: str = "engram-pipelines") -> dict[str, Any]:
+    """Bring a purged memory back under its original id from its pre-image audit row; only once."""
+    if store.get(memory_id) is not None:
+        raise RestoreError(f"memory {memory_id} exists; nothing to restore")
+    deletions = [
+        a for a in store.audit_rows(target_id=memory_id) if a["target_kind"] == "memory" and a["after"] is None
+        and a["before"] is not None and a["op"] != "insert"
+    ]
+    if not deletions:
+        raise RestoreError(f"no audit pre-image for memory {memory_id}: it was never purged by this pipeline")
+    preimage = deletions[-1]["before"]
+    if not store.restore_preimage(preimage, actor=actor, reason="restore"):
+        raise RestoreError(f"memory {memory_id} exists; nothing to restore")
+    return {"id": memory_id, "restored_from_audit_id": deletions[-1]["audit_id"]}
