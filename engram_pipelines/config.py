@@ -234,8 +234,8 @@ class TemporalConfig(_Section):
 
 
 class ReviewConfig(_Section):
-    # Gated classes applied without an explicit `approve` (opt-in), e.g. ["consolidation"].
-    auto_apply_gated: list[str] = Field(default_factory=list)
+    # Opt-in: the nightly job approves and applies the gated change set too (seed 000: off by default).
+    auto_approve_gated: bool = False
 
 
 class ApplyConfig(_Section):
@@ -249,11 +249,12 @@ class SnapshotConfig(_Section):
 
 
 class ScheduleConfig(_Section):
+    # Daily partitions are UTC days; each schedule runs for the day that just ended.
     nightly_enabled: bool = True
-    nightly_cron: str = "0 3 * * *"
+    nightly_hour: int = Field(3, ge=0, le=23)
+    nightly_minute: int = Field(0, ge=0, le=59)
     consolidate_enabled: bool = False  # seed 000: a scheduled merge runs without review
-    consolidate_cron: str = "0 4 * * 0"
-    timezone: str = "UTC"
+    consolidate_hour: int = Field(4, ge=0, le=23)
 
 
 class NamespacePolicy(_Section):

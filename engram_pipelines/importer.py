@@ -72,6 +72,9 @@ _NUMBER_TYPES = frozenset({int, float})  # exact types from json.loads; bool is 
 # make it a literal backslash followed by "u0000").
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _UTF8_BOM = b"\xef\xbb\xbf"
+# Built once: json.dumps with options other than the defaults builds a new encoder on every call.
+_ID_KEY_JSON = json.JSONEncoder(ensure_ascii=False)
+_STORED_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ def derive_id(namespace: str, content: str, created_at: dt.datetime) -> str:
     The timestamp is hashed in the store's canonical UTC form, so the same instant written with another
     offset gets the same id. JSON-encoding the triple keeps e.g. ("a|b", "c") and ("a", "b|c") apart.
     """
-    key = json.dumps([namespace, content, format_timestamp(created_at)], ensure_ascii=False)
+    key = _ID_KEY_JSON.encode([namespace, content, format_timestamp(created_at)])
     return "m-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
 
 
@@ -262,7 +265,7 @@ def _load_json_object(data: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as error:
         raise _Invalid(f"not valid UTF-8 (byte {error.start + 1})") from None
     try:
-        value = json.loads(text, object_pairs_hook=_object_without_duplicate_keys)
+        value = _DECODER.decode(text)
     except _DuplicateKey as duplicate:
         raise _Invalid(f"duplicate key {duplicate.key!r} in a JSON object") from None
     except json.JSONDecodeError as error:
@@ -289,6 +292,9 @@ def _object_without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, An
                 raise _DuplicateKey(key)
             seen.add(key)
     return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_object_without_duplicate_keys)  # one decoder, not one per line
 
 
 def _json_type_name(value: Any) -> str:
@@ -520,7 +526,7 @@ def _embedding(value: Any, dim: int) -> np.ndarray:
 def _json_text(value: list[Any] | dict[str, Any]) -> str:
     """Compact JSON with sorted keys: one text per value, so equal metadata compares equal in the store."""
     try:
-        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        text = _STORED_JSON.encode(value)
     except ValueError:
         raise _Invalid("must not contain NaN or Infinity (not valid JSON)") from None
     if "\\u0000" in text and _NUL_ESCAPE.search(text):

@@ -10,6 +10,7 @@ Layout (hive-style partitions, so DuckDB and any Parquet reader see `as_of` as a
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -81,6 +82,32 @@ class Warehouse:
             yield writer
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
+
+    def write_proposals(self, source: str, as_of: dt.date, intents: pa.Table) -> Path:
+        """One analysis's intents for a partition (read back by the change-set step)."""
+        directory = self.partition_dir("proposals", as_of)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{source}.parquet"
+        tmp = path.with_suffix(".tmp")
+        pq.write_table(intents, tmp, compression="zstd")
+        tmp.rename(path)
+        return path
+
+    def read_proposals(self, as_of: dt.date, sources: list[str]) -> list[pa.Table]:
+        directory = self.partition_dir("proposals", as_of)
+        return [pq.read_table(directory / f"{s}.parquet") for s in sources if (directory / f"{s}.parquet").exists()]
+
+    def write_run_pointer(self, as_of: dt.date, job: str, value: dict[str, str]) -> None:
+        """Which change sets a job produced for a partition (read by the apply step)."""
+        path = self.partition_dir("runs", as_of) / f"{job}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value, sort_keys=True))
+
+    def read_run_pointer(self, as_of: dt.date, job: str) -> dict[str, str]:
+        path = self.partition_dir("runs", as_of) / f"{job}.json"
+        if not path.exists():
+            raise FileNotFoundError(f"no change set was proposed by {job} for {as_of} (run the change_set step first)")
+        return json.loads(path.read_text())
 
     def read_table(self, table: str, as_of: dt.date, columns: list[str] | None = None) -> pa.Table:
         path = self.table_path(table, as_of)

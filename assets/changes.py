@@ -1,0 +1,193 @@
+"""Changes: every analysis's proposals composed into stored change sets, and the apply of the auto class."""
+
+import dagster as dg
+import pyarrow as pa
+
+from assets.metadata import sample_markdown, standard
+from assets.partitions import as_of_date, as_of_partitions
+from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
+from engram_pipelines.changes.apply import apply_change_set
+from engram_pipelines.changes.compose import CHANGE_SCHEMA
+from engram_pipelines.changes.invariants import crosses_namespace, destructive_on_pinned, several_writes_per_row
+from engram_pipelines.changes.propose import propose_change_sets
+from engram_pipelines.changes.registry import load_change_set
+from engram_pipelines.changes.revert import approve_change_set
+from engram_pipelines.progress import LogProgress
+
+# The analyses whose proposals the change set gathers; each is an asset of the same name.
+ANALYSIS_SOURCES: list[str] = []
+
+APPLY_POOL = "engram_apply"
+
+
+def _job(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext) -> str:
+    name = context.run.job_name
+    return "nightly" if name.startswith("__") else name
+
+
+@dg.asset(
+    partitions_def=as_of_partitions,
+    deps=["memory_snapshot", *ANALYSIS_SOURCES],
+    group_name="changes",
+    kinds={"parquet", "duckdb"},
+    owners=["team:data-platform"],
+    description=(
+        "The analyses' proposals composed into change sets: one CAS-guarded write per row, only transitions, "
+        "content-addressed (the same snapshot and config give the same change set). Two sets per run: "
+        "`auto` (applied by the nightly job) and `gated` (merges, compression, supersede: applied only after "
+        "`engram-pipelines approve`). Stored as Parquet under change_sets/ and registered in the store."
+    ),
+)
+def change_set(
+    context: dg.AssetExecutionContext,
+    store: StoreResource,
+    warehouse: WarehouseResource,
+    engram_config: EngramConfigResource,
+) -> dg.MaterializeResult:
+    config = engram_config.load()
+    as_of = as_of_date(context)
+    wh = warehouse.get()
+    with store.open() as live:
+        sets = propose_change_sets(
+            live, wh, as_of, job=_job(context), sources=ANALYSIS_SOURCES, config_fingerprint=config.fingerprint()
+        )
+    wh.write_run_pointer(as_of, _job(context), {klass: rec.change_set_id for klass, (rec, _) in sets.items()})
+    auto_table = sets["auto"][1]
+    gated_table = sets["gated"][1]
+    for klass, (record, _) in sets.items():
+        context.log.info(f"{klass} change set {record.change_set_id}: {record.total} changes {record.counts['by_op']}")
+    both = pa.concat_tables([auto_table, gated_table])
+    return dg.MaterializeResult(
+        metadata={
+            **standard(CHANGE_SCHEMA, both.num_rows),
+            "auto_change_set": sets["auto"][0].change_set_id,
+            "gated_change_set": sets["gated"][0].change_set_id,
+            "auto_changes": auto_table.num_rows,
+            "gated_changes": gated_table.num_rows,
+            "by_op": dg.MetadataValue.json({k: rec.counts["by_op"] for k, (rec, _) in sets.items()}),
+            "sample": sample_markdown(both, ["review_class", "namespace", "target_id", "op", "reason"]),
+        }
+    )
+
+
+def _tables(context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource):
+    wh = warehouse.get()
+    as_of = as_of_date(context)
+    pointer = wh.read_run_pointer(as_of, _job(context))
+    with store.open() as live:
+        changes = [load_change_set(live, change_set_id)[1] for change_set_id in pointer.values()]
+    return changes, wh.read_table("memories", as_of, columns=["id", "namespace", "pinned", "kind"])
+
+
+def _result(violations: list[dict[str, str]], what: str) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        passed=not violations,
+        metadata={"violations": len(violations), "samples": dg.MetadataValue.json(violations[:20])},
+        description=f"{len(violations)} {what}" if violations else f"no {what}",
+    )
+
+
+@dg.asset_check(asset=change_set, blocking=True, partitions_def=as_of_partitions,
+                description="No change hides or deletes a pinned row or a block.")
+def no_destructive_op_on_pinned(
+    context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
+) -> dg.AssetCheckResult:
+    changes, memories = _tables(context, store, warehouse)
+    return _result([v for t in changes for v in destructive_on_pinned(t, memories)], "destructive ops on pinned rows")
+
+
+@dg.asset_check(asset=change_set, blocking=True, partitions_def=as_of_partitions,
+                description="No change, link or reference crosses a namespace.")
+def nothing_across_namespaces(
+    context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
+) -> dg.AssetCheckResult:
+    changes, memories = _tables(context, store, warehouse)
+    return _result([v for t in changes for v in crosses_namespace(t, memories)], "cross-namespace references")
+
+
+@dg.asset_check(asset=change_set, blocking=True, partitions_def=as_of_partitions,
+                description="Each row is written at most once per change set.")
+def one_write_per_row(
+    context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
+) -> dg.AssetCheckResult:
+    changes, _ = _tables(context, store, warehouse)
+    return _result([v for t in changes for v in several_writes_per_row(t)], "rows written more than once")
+
+
+@dg.asset(
+    partitions_def=as_of_partitions,
+    deps=[change_set],
+    group_name="apply",
+    kinds={"sqlite", "postgres"},
+    owners=["team:data-platform"],
+    pool=APPLY_POOL,
+    description=(
+        "The `auto` change set applied to the live store: batched transactions, each write guarded by the "
+        "row's version and the access/pin evidence it was decided on; a miss is re-read, re-checked and "
+        "retried once, then skipped (`skipped_concurrent_edit`). Every write leaves an audit pre-image and a "
+        "ledger row, so a re-run is a no-op and `engram-pipelines revert` undoes it. The pool "
+        f"`{APPLY_POOL}` lets one apply run at a time. Gated sets are applied here only when "
+        "review.auto_approve_gated is set."
+    ),
+)
+def applied_changes(
+    context: dg.AssetExecutionContext,
+    store: StoreResource,
+    warehouse: WarehouseResource,
+    engram_config: EngramConfigResource,
+) -> dg.MaterializeResult:
+    config = engram_config.load()
+    pointer = warehouse.get().read_run_pointer(as_of_date(context), _job(context))
+    results = {}
+    with store.open() as live:
+        for klass in ("auto", "gated"):
+            change_set_id = pointer[klass]
+            if klass == "gated":
+                record, _ = load_change_set(live, change_set_id)
+                if not config.review.auto_approve_gated or record.status != "proposed":
+                    context.log.info(f"gated change set {change_set_id} waits for review ({record.total} changes)")
+                    continue
+                approve_change_set(live, change_set_id, actor="config:review.auto_approve_gated")
+            result = apply_change_set(
+                live,
+                change_set_id,
+                actor=f"dagster:{context.run.run_id[:8]}",
+                batch_size=config.apply.batch_size,
+                progress=LogProgress(context.log),
+            )
+            results[klass] = result.as_dict()
+            context.log.info(f"applied {change_set_id}: {result.as_dict()}")
+    auto = results["auto"]
+    return dg.MaterializeResult(
+        metadata={
+            "change_set": auto["change_set_id"],
+            "total": auto["total"],
+            "applied": auto["applied"],
+            "skipped_concurrent_edit": auto["skipped_concurrent_edit"],
+            "ineligible": auto["ineligible"],
+            "accounted": auto["accounted"],
+            "changes_per_second": auto["changes_per_second"] or 0.0,
+            "results": dg.MetadataValue.json(results),
+        }
+    )
+
+
+@dg.asset_check(asset=applied_changes, blocking=True, partitions_def=as_of_partitions,
+                description="applied + skipped_concurrent_edit + ineligible = total, from the ledger.")
+def apply_accounting_closes(
+    context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
+) -> dg.AssetCheckResult:
+    pointer = warehouse.get().read_run_pointer(as_of_date(context), _job(context))
+    with store.open() as live:
+        record, table = load_change_set(live, pointer["auto"])
+        ledger = live.ledger(record.change_set_id)
+    outcomes: dict[str, int] = {}
+    for change_id in table.column("change_id").to_pylist():
+        outcome = ledger.get(change_id, ("missing", None))[0]
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    closed = sum(outcomes.get(k, 0) for k in ("applied", "skipped_concurrent_edit", "ineligible")) == table.num_rows
+    return dg.AssetCheckResult(
+        passed=closed,
+        metadata={"total": table.num_rows, **{k: v for k, v in outcomes.items()}},
+        description=f"outcomes {outcomes} for {table.num_rows} changes",
+    )

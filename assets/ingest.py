@@ -1,0 +1,81 @@
+"""Ingest: the live store snapshotted into one Parquet partition per as-of date."""
+
+import dagster as dg
+
+from assets.metadata import sample_markdown, standard
+from assets.partitions import as_of_date, as_of_partitions
+from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
+from engram_pipelines import records
+from engram_pipelines.progress import LogProgress
+from engram_pipelines.snapshot import take_snapshot
+
+
+@dg.asset(
+    partitions_def=as_of_partitions,
+    group_name="ingest",
+    kinds={"parquet", "sqlite", "postgres"},
+    owners=["team:data-platform"],
+    description=(
+        "The live memory store exported to Parquet for one as-of date (table `memories`, plus `links`), "
+        "streamed in batches and validated with a pandera schema. Invalid rows are not dropped: they go to "
+        "`quarantine` with a reason column and are counted here; the blocking check "
+        "`snapshot_invalid_fraction` stops the run when too many rows are invalid. Every analysis reads "
+        "this snapshot, never the live store. Backfills materialise a range of dates."
+    ),
+)
+def memory_snapshot(
+    context: dg.AssetExecutionContext,
+    store: StoreResource,
+    warehouse: WarehouseResource,
+    engram_config: EngramConfigResource,
+) -> dg.MaterializeResult:
+    config = engram_config.load()
+    as_of = as_of_date(context)
+    with store.open() as live:
+        result = take_snapshot(
+            live,
+            warehouse.get(),
+            as_of,
+            embedding_dim=config.snapshot.embedding_dim,
+            batch_size=config.snapshot.batch_size,
+            progress=LogProgress(context.log),
+        )
+    context.log.info(
+        f"snapshot {as_of}: {result.memories} memories, {result.quarantined} quarantined, {result.links} links"
+    )
+    memories = warehouse.get().read_table("memories", as_of, columns=["id", "namespace", "tier", "kind", "zone"])
+    return dg.MaterializeResult(
+        metadata={
+            **standard(records.memory_schema(config.snapshot.embedding_dim), result.memories),
+            "quarantined": result.quarantined,
+            "invalid_fraction": float(result.invalid_fraction),
+            "links": result.links,
+            "namespaces": len(result.namespaces),
+            "rows_per_namespace": dg.MetadataValue.json(result.namespaces),
+            "quarantine_samples": dg.MetadataValue.json(result.quarantine_samples),
+            "sample": sample_markdown(memories, ["id", "namespace", "tier", "kind", "zone"]),
+            "path": dg.MetadataValue.path(result.memories_path),
+            "quarantine_path": dg.MetadataValue.path(result.quarantine_path),
+        }
+    )
+
+
+@dg.asset_check(
+    asset=memory_snapshot,
+    blocking=True,
+    description="Fails the run when the quarantined fraction exceeds snapshot.max_invalid_fraction.",
+)
+def snapshot_invalid_fraction(
+    context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.AssetCheckResult:
+    limit = engram_config.load().snapshot.max_invalid_fraction
+    wh = warehouse.get()
+    as_of = as_of_date(context)
+    valid = wh.read_table("memories", as_of, columns=["id"]).num_rows
+    invalid = wh.read_table("quarantine", as_of, columns=["id"]).num_rows
+    fraction = invalid / (valid + invalid) if valid + invalid else 0.0
+    return dg.AssetCheckResult(
+        passed=fraction <= limit,
+        metadata={"invalid_fraction": fraction, "limit": limit, "quarantined": invalid},
+        description=f"{invalid} of {valid + invalid} rows quarantined (limit {limit:.2%})",
+    )

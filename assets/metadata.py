@@ -1,0 +1,47 @@
+"""Metadata helpers: what a data team reads on an asset's page (schema, row counts, samples)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+
+_ARROW_TO_TYPE = {
+    "string": "string",
+    "large_string": "string",
+    "double": "float64",
+    "float": "float32",
+    "int64": "int64",
+    "int32": "int32",
+    "bool": "bool",
+}
+
+
+def column_schema(schema: pa.Schema, descriptions: dict[str, str] | None = None) -> dg.TableSchema:
+    descriptions = descriptions or {}
+    columns = []
+    for field in schema:
+        type_name = _ARROW_TO_TYPE.get(str(field.type), str(field.type))
+        columns.append(dg.TableColumn(field.name, type_name, description=descriptions.get(field.name)))
+    return dg.TableSchema(columns=columns)
+
+
+def sample_markdown(table: pa.Table, columns: list[str], limit: int = 10) -> dg.MetadataValue:
+    """A small Markdown table of the first rows (long text cut) for the asset's page."""
+    if table.num_rows == 0:
+        return dg.MetadataValue.md("_(no rows)_")
+    rows = table.select(columns).slice(0, limit).to_pylist()
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    body = "".join("| " + " | ".join(_cell(r[c]) for c in columns) + " |\n" for r in rows)
+    return dg.MetadataValue.md(head + body)
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def standard(table_schema: pa.Schema, row_count: int, **extra: Any) -> dict[str, Any]:
+    return {"dagster/column_schema": column_schema(table_schema), "dagster/row_count": row_count, **extra}

@@ -1,0 +1,56 @@
+"""Reports: the health report of each run, as Markdown on the asset's page and as a file."""
+
+import dagster as dg
+
+from assets.changes import _job, applied_changes
+from assets.partitions import as_of_date, as_of_partitions
+from assets.resources import StoreResource, WarehouseResource
+from engram_pipelines.changes.registry import load_change_set
+from engram_pipelines.health import HealthReport, live_counts, snapshot_counts
+
+
+@dg.asset(
+    partitions_def=as_of_partitions,
+    deps=[applied_changes],
+    group_name="reports",
+    kinds={"duckdb"},
+    owners=["team:data-platform"],
+    description=(
+        "The health report (seed 004): per namespace, counts before (the snapshot) and after (the live store "
+        "once the auto changes are applied) by tier, kind, zone, superseded, stale and contradicted; the "
+        "run's change sets and apply outcome; recommendations. Written to reports/ as Markdown and JSON."
+    ),
+)
+def health_report(
+    context: dg.AssetExecutionContext, store: StoreResource, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
+    wh = warehouse.get()
+    as_of = as_of_date(context)
+    pointer = wh.read_run_pointer(as_of, _job(context))
+    with store.open() as live:
+        changes, applied = {}, {}
+        for klass, change_set_id in pointer.items():
+            record, _ = load_change_set(live, change_set_id)
+            changes[klass] = {"change_set_id": change_set_id, "status": record.status, **record.counts}
+            if "apply" in record.counts:
+                applied[klass] = record.counts["apply"]
+        report = HealthReport(
+            as_of=as_of,
+            before=snapshot_counts(wh.read_table("memories", as_of)),
+            after=live_counts(live),
+            changes=changes,
+            applied=applied,
+        )
+    markdown = report.markdown()
+    path = wh.reports_dir(as_of) / f"health-{_job(context)}.md"
+    path.write_text(markdown)
+    after = report.totals("after")
+    return dg.MaterializeResult(
+        metadata={
+            "report": dg.MetadataValue.md(markdown),
+            "path": dg.MetadataValue.path(str(path)),
+            "total_after": int(after.get("total", 0)),
+            "active_after": int(after.get("active", 0)),
+            "stale_after": int(after.get("stale", 0)),
+        }
+    )

@@ -1,0 +1,49 @@
+"""Resources: where the live store and the warehouse are, and which configuration is in force."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+
+from engram_pipelines.config import Config, load_config
+from engram_pipelines.store import Store, open_store
+from engram_pipelines.warehouse import Warehouse
+
+
+class StoreResource(dg.ConfigurableResource):
+    """The live memory store (sqlite:///... or postgresql://...)."""
+
+    url: str
+
+    @contextmanager
+    def open(self) -> Iterator[Store]:
+        store = open_store(self.url)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    @property
+    def kind(self) -> str:
+        return "sqlite" if self.url.startswith("sqlite") else "postgres"
+
+
+class WarehouseResource(dg.ConfigurableResource):
+    """The Parquet warehouse root (DuckDB reads it in place)."""
+
+    path: str
+
+    def get(self) -> Warehouse:
+        return Warehouse(Path(self.path))
+
+
+class EngramConfigResource(dg.ConfigurableResource):
+    """The engram-pipelines configuration file (empty: defaults plus environment overrides)."""
+
+    config_path: str = ""
+
+    def load(self) -> Config:
+        return load_config(self.config_path or None)

@@ -1,0 +1,514 @@
+"""The `engram-pipelines` command line.
+
+Every command takes `--store URL` (else ENGRAM_STORE_URL, else sqlite:///data/engram.db), most take
+`--warehouse PATH` and `--config FILE`, and those whose output a machine reads take `--json`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from engram_pipelines.config import ConfigError, load_config, store_url, warehouse_path
+from engram_pipelines.store import Store, StoreError, open_store, redact
+
+console = Console(stderr=False, highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+class UserError(click.ClickException):
+    """An error the user can fix; printed without a traceback."""
+
+    def show(self, file: Any = None) -> None:
+        err_console.print(f"[bold red]error:[/] {self.format_message()}")
+
+
+def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn the library's known errors into one red line that says what to do."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from engram_pipelines.changes.apply import ChangeSetStateError, ReviewRequired
+        from engram_pipelines.changes.registry import ChangeSetNotFound
+        from engram_pipelines.changes.revert import RestoreError
+
+        try:
+            return fn(*args, **kwargs)
+        except (
+            ConfigError,
+            StoreError,
+            ChangeSetNotFound,
+            ReviewRequired,
+            ChangeSetStateError,
+            RestoreError,
+            FileNotFoundError,
+            ValueError,
+        ) as exc:
+            raise UserError(str(exc)) from None
+
+    return wrapper
+
+
+def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML config file.")(fn)
+    fn = click.option("--warehouse", help="Warehouse root (default data/warehouse, or ENGRAM_WAREHOUSE).")(fn)
+    fn = click.option("--store", "store_arg", help="Store URL (default sqlite:///data/engram.db).")(fn)
+    return fn
+
+
+def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")(fn)
+
+
+@contextmanager
+def opened(store_arg: str | None, *, migrate: bool = False) -> Iterator[Store]:
+    store = open_store(store_url(store_arg), migrate=migrate)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def emit(data: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def parse_date(value: str | None) -> dt.date:
+    if value is None:
+        return dt.datetime.now(dt.UTC).date()
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise UserError(f"--as-of {value!r} is not a date (use YYYY-MM-DD)") from None
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+    epilog="""\b
+Examples:
+  engram-pipelines demo                       load the demo corpus and run the nightly job
+  engram-pipelines import corpus.jsonl --namespace agent:coder
+  engram-pipelines run --as-of 2026-11-29     run the nightly job for a date
+  engram-pipelines changes list               the stored change sets
+  engram-pipelines changes show ID --html review.html
+  engram-pipelines approve ID && engram-pipelines apply ID
+  engram-pipelines explain MEMORY_ID
+""",
+)
+@click.version_option(package_name="engram-pipelines")
+def main() -> None:
+    """Maintain an AI-agent memory store: snapshot, analyse, review and apply CAS-guarded change sets."""
+
+
+@main.command()
+@common_options
+@json_option
+@friendly_errors
+def init(store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+    """Create or migrate the store's schema (idempotent).
+
+    \b
+    Example:
+      engram-pipelines init --store postgresql://engram@127.0.0.1:5432/engram
+    """
+    load_config(config_path)
+    with opened(store_arg, migrate=True) as store:
+        version = store.schema_version()
+    emit({"store": redact(store_url(store_arg)), "schema_version": version}, as_json)
+    if not as_json:
+        console.print(f"[green]store ready[/] {redact(store_url(store_arg))} (schema version {version})")
+
+
+@main.command(name="import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--namespace", help="Namespace for lines that name none.")
+@click.option("--rejects", type=click.Path(dir_okay=False, path_type=Path), help="Where bad lines go.")
+@common_options
+@json_option
+@friendly_errors
+def import_(
+    file: Path,
+    namespace: str | None,
+    rejects: Path | None,
+    store_arg: str | None,
+    warehouse: str | None,
+    config_path: str | None,
+    as_json: bool,
+) -> None:
+    """Import a JSON Lines corpus (one memory per line); bad lines are reported and kept aside.
+
+    \b
+    Re-importing the same file changes nothing (ids are given or derived from the content).
+    Example:
+      engram-pipelines import history.jsonl --namespace agent:coder --rejects history.rejects.jsonl
+    """
+    from engram_pipelines.importing import import_jsonl
+    from engram_pipelines.progress import BarProgress
+
+    config = load_config(config_path)
+    rejects = rejects or file.with_suffix(".rejects.jsonl")
+    with opened(store_arg, migrate=True) as store:
+        summary = import_jsonl(
+            store,
+            file,
+            default_namespace=namespace,
+            embedding_dim=config.snapshot.embedding_dim,
+            rejects_path=rejects,
+            progress=BarProgress(),
+        )
+    emit(summary.as_dict(), as_json)
+    if not as_json:
+        console.print(
+            f"[green]imported[/] {summary.imported} new memories from {summary.lines_read} lines "
+            f"({summary.already_present} already present, [red]{summary.rejected_lines} rejected[/])"
+        )
+        for reject in summary.reject_samples:
+            err_console.print(f"  line {reject.line}: [bold]{reject.field}[/]: {reject.reason}")
+        if summary.rejected_lines:
+            console.print(f"rejected lines written to {rejects}")
+
+
+@main.command()
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Output file (default stdout).")
+@common_options
+@json_option
+@friendly_errors
+def export(out: Path | None, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+    """Export every memory as JSON Lines in the import format (the store round-trips)."""
+    from engram_pipelines.exporting import export_jsonl
+
+    config = load_config(config_path)
+    with opened(store_arg) as store:
+        if out is None:
+            count = export_jsonl(store, sys.stdout, embedding_dim=config.snapshot.embedding_dim)
+        else:
+            with out.open("w") as handle:
+                count = export_jsonl(store, handle, embedding_dim=config.snapshot.embedding_dim)
+    if out is not None:
+        emit({"exported": count, "path": str(out)}, as_json)
+        if not as_json:
+            console.print(f"[green]exported[/] {count} memories to {out}")
+
+
+@main.command()
+@click.option("--size", default=3_000, show_default=True, help="Memories to generate (1k to 1M).")
+@click.option("--seed", default=7, show_default=True)
+@click.option("--as-of", "as_of", help="As-of date of the corpus and the run (default today, UTC).")
+@click.option("--reset", is_flag=True, help="Delete the store and warehouse first.")
+@common_options
+@json_option
+@friendly_errors
+def demo(
+    size: int,
+    seed: int,
+    as_of: str | None,
+    reset: bool,
+    store_arg: str | None,
+    warehouse: str | None,
+    config_path: str | None,
+    as_json: bool,
+) -> None:
+    """Load the demo corpus into the store (when empty) and run the nightly job on it.
+
+    \b
+    Example:
+      engram-pipelines demo --size 10000 --reset
+    """
+    from engram_pipelines.demo_loader import load_demo, reset_store
+
+    day = parse_date(as_of)
+    url = store_url(store_arg)
+    if reset:
+        reset_store(url, warehouse_path(warehouse))
+    with opened(store_arg, migrate=True) as store:
+        loaded = load_demo(store, size=size, seed=seed, as_of=day)
+    if not as_json:
+        if loaded:
+            console.print(f"[green]demo corpus[/] {loaded['memories']} memories, {loaded['links']} links loaded")
+        else:
+            console.print("store already holds memories: demo corpus not loaded again (use --reset)")
+    summary = run_job("nightly", day, store_arg, warehouse, config_path)
+    summary["demo"] = loaded
+    emit(summary, as_json)
+    if not as_json:
+        print_summary(summary)
+
+
+@main.command()
+@click.option("--as-of", "as_of", help="As-of date (default today, UTC).")
+@click.option("--job", type=click.Choice(["nightly", "consolidate"]), default="nightly", show_default=True)
+@common_options
+@json_option
+@friendly_errors
+def run(as_of: str | None, job: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+    """Run a job in-process for one as-of date and print its summary.
+
+    \b
+    Example:
+      engram-pipelines run --as-of 2026-11-29 --json
+    """
+    summary = run_job(job, parse_date(as_of), store_arg, warehouse, config_path)
+    emit(summary, as_json)
+    if not as_json:
+        print_summary(summary)
+    if not summary["success"]:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--as-of", "as_of", help="As-of date (default today, UTC).")
+@common_options
+@json_option
+@friendly_errors
+def consolidate(as_of: str | None, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+    """Propose the review-gated change set (merges, compression, supersede) and print its review report.
+
+    Nothing is merged before `approve` and `apply`.
+    """
+    summary = run_job("consolidate", parse_date(as_of), store_arg, warehouse, config_path)
+    emit(summary, as_json)
+    if not as_json:
+        print_summary(summary)
+    if not summary["success"]:
+        sys.exit(1)
+
+
+def run_job(job: str, as_of: dt.date, store_arg: str | None, warehouse: str | None, config_path: str | None) -> dict[str, Any]:
+    from engram_pipelines.jobrunner import execute_job
+
+    with opened(store_arg):  # a store behind the schema fails here, naming `init`
+        pass
+    return execute_job(job, as_of, store=store_url(store_arg), warehouse=str(warehouse_path(warehouse)), config_path=config_path)
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    state = "[green]succeeded[/]" if summary["success"] else "[red]failed[/]"
+    console.print(f"[bold]{summary['job']}[/] for {summary['as_of']} {state} in {summary['seconds']:.1f}s")
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("step")
+    table.add_column("result")
+    for step, info in summary["steps"].items():
+        table.add_row(step, ", ".join(f"{k}={v}" for k, v in info.items()))
+    console.print(table)
+    for check, passed in summary.get("checks", {}).items():
+        mark = "[green]passed[/]" if passed else "[red]FAILED[/]"
+        console.print(f"  check {check}: {mark}")
+    if summary.get("report_path"):
+        console.print(f"health report: {summary['report_path']}")
+    if summary.get("error"):
+        err_console.print(f"[red]{summary['error']}[/]")
+
+
+# -- change sets ------------------------------------------------------------------------------------------
+@main.group()
+def changes() -> None:
+    """List and inspect stored change sets."""
+
+
+@changes.command(name="list")
+@common_options
+@json_option
+@friendly_errors
+def changes_list(store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+    """Every change set with its status and counts."""
+    with opened(store_arg) as store:
+        records = store.list_change_sets()
+    rows = [
+        {
+            "change_set_id": r.change_set_id,
+            "status": r.status,
+            "review_class": r.review_class,
+            "job": r.job,
+            "as_of": r.as_of,
+            "total": r.total,
+            "by_op": r.counts.get("by_op", {}),
+            "apply": r.counts.get("apply"),
+        }
+        for r in records
+    ]
+    emit(rows, as_json)
+    if not as_json:
+        table = Table("change set", "status", "class", "as of", "changes", "by op")
+        for r in rows:
+            colour = {"applied": "green", "proposed": "yellow", "approved": "cyan", "reverted": "magenta"}[r["status"]]
+            table.add_row(
+                r["change_set_id"], f"[{colour}]{r['status']}[/]", r["review_class"], r["as_of"], str(r["total"]),
+                ", ".join(f"{k} {v}" for k, v in r["by_op"].items()),
+            )
+        console.print(table)
+
+
+@changes.command(name="show")
+@click.argument("change_set_id")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown review report.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML review page.")
+@click.option("--limit", default=50, show_default=True, help="Rows shown in the table.")
+@common_options
+@json_option
+@friendly_errors
+def changes_show(
+    change_set_id: str,
+    markdown_path: Path | None,
+    html_path: Path | None,
+    limit: int,
+    store_arg: str | None,
+    warehouse: str | None,
+    config_path: str | None,
+    as_json: bool,
+) -> None:
+    """One change set: its changes as a table, JSON, or a review report grouped by cluster.
+
+    \b
+    Examples:
+      engram-pipelines changes show ID
+      engram-pipelines changes show ID --html review.html
+    """
+    from engram_pipelines.changes.registry import load_change_set
+    from engram_pipelines.review import review_html, review_markdown
+
+    with opened(store_arg) as store:
+        record, table = load_change_set(store, change_set_id)
+        ledger = store.ledger(change_set_id)
+        memories = {} if not (markdown_path or html_path) else store.read_memories(_referenced_ids(table))
+    rows = table.to_pylist()
+    for row in rows:
+        row["outcome"] = ledger.get(row["change_id"], ("pending", None))[0]
+    if markdown_path:
+        markdown_path.write_text(review_markdown(record, rows, memories, store_url(store_arg)))
+        console.print(f"review report written to {markdown_path}")
+    if html_path:
+        html_path.write_text(review_html(record, rows, memories, store_url(store_arg)))
+        console.print(f"review page written to {html_path}")
+    if as_json:
+        emit({"change_set": record.__dict__, "changes": rows}, True)
+        return
+    console.print(
+        f"[bold]{record.change_set_id}[/] {record.status} ({record.review_class}), {record.total} changes, "
+        f"as of {record.as_of}"
+    )
+    table_out = Table("target", "namespace", "ops", "outcome", "reason")
+    for row in rows[:limit]:
+        table_out.add_row(row["target_id"], row["namespace"], "+".join(row["ops"]), row["outcome"], row["reason"][:80])
+    console.print(table_out)
+    if len(rows) > limit:
+        console.print(f"... {len(rows) - limit} more (--limit, --json)")
+
+
+def _referenced_ids(table: Any) -> list[str]:
+    ids = set(table.filter(table["target_kind"] == "memory").column("target_id").to_pylist())
+    for patch in table.column("patch").to_pylist():
+        data = json.loads(patch)
+        if isinstance(data, dict):
+            for key in ("superseded_by", "src_id", "dst_id"):
+                if isinstance(data.get(key), str):
+                    ids.add(data[key])
+    return sorted(ids)
+
+
+@main.command()
+@click.argument("change_set_id")
+@click.option("--actor", default=lambda: os.environ.get("USER", "operator"), help="Who approves (audited).")
+@common_options
+@json_option
+@friendly_errors
+def approve(change_set_id: str, actor: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+    """Approve a review-gated change set so that `apply` may write it."""
+    from engram_pipelines.changes.revert import approve_change_set
+
+    with opened(store_arg) as store:
+        approve_change_set(store, change_set_id, actor=actor)
+    emit({"change_set_id": change_set_id, "status": "approved", "by": actor}, as_json)
+    if not as_json:
+        console.print(f"[cyan]approved[/] {change_set_id}; apply it with `engram-pipelines apply {change_set_id}`")
+
+
+@main.command(name="apply")
+@click.argument("change_set_id")
+@common_options
+@json_option
+@friendly_errors
+def apply_(change_set_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+    """Apply a change set (CAS-guarded, audited; re-running is a no-op; a crashed run resumes)."""
+    from engram_pipelines.changes.apply import apply_change_set
+    from engram_pipelines.progress import BarProgress
+
+    config = load_config(config_path)
+    with opened(store_arg) as store:
+        result = apply_change_set(
+            store, change_set_id, actor=os.environ.get("USER", "cli"), batch_size=config.apply.batch_size,
+            progress=BarProgress(),
+        )
+    emit(result.as_dict(), as_json)
+    if not as_json:
+        console.print(
+            f"[green]{result.applied} applied[/], [yellow]{result.skipped_concurrent_edit} skipped "
+            f"(concurrent edit)[/], {result.ineligible} ineligible of {result.total} "
+            f"({'accounted' if result.accounted else '[red]NOT accounted[/]'})"
+        )
+
+
+@main.command()
+@click.argument("change_set_id")
+@common_options
+@json_option
+@friendly_errors
+def revert(change_set_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+    """Undo an applied change set from its audit pre-images; rows edited since are skipped and listed."""
+    from engram_pipelines.changes.revert import revert_change_set
+
+    with opened(store_arg) as store:
+        result = revert_change_set(store, change_set_id, actor=os.environ.get("USER", "cli"))
+    emit(result.as_dict(), as_json)
+    if not as_json:
+        console.print(f"[magenta]reverted[/] {result.reverted} changes of {change_set_id}")
+        if result.skipped_edited_since:
+            console.print(f"[yellow]skipped {len(result.skipped_edited_since)} rows edited since:[/] "
+                          + ", ".join(result.skipped_edited_since[:20]))
+
+
+@main.command()
+@click.argument("memory_id")
+@common_options
+@json_option
+@friendly_errors
+def restore(memory_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+    """Bring a purged memory back under its original id from its audit pre-image."""
+    from engram_pipelines.changes.revert import restore_memory
+
+    with opened(store_arg) as store:
+        result = restore_memory(store, memory_id, actor=os.environ.get("USER", "cli"))
+    emit(result, as_json)
+    if not as_json:
+        console.print(f"[green]restored[/] {memory_id}")
+
+
+@main.command()
+@click.argument("memory_id")
+@common_options
+@json_option
+@friendly_errors
+def explain(memory_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+    """Why a memory is in the state it is: its row, every change and audit row that touched it."""
+    from engram_pipelines.explain import explain_memory, render_explanation
+
+    with opened(store_arg) as store:
+        story = explain_memory(store, memory_id)
+    emit(story, as_json)
+    if not as_json:
+        console.print(render_explanation(story))
+
+
+if __name__ == "__main__":
+    main()

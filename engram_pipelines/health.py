@@ -1,0 +1,139 @@
+"""The health report (seed 004): per namespace, the store before and after a run, what changed, and advice."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from engram_pipelines.store import Store
+
+# One aggregate, written once, evaluated by DuckDB over the snapshot and by the store over the live rows.
+_METRICS = {
+    "total": "count(*)",
+    "stm": "sum(CASE WHEN tier = 'stm' THEN 1 ELSE 0 END)",
+    "ltm": "sum(CASE WHEN tier = 'ltm' THEN 1 ELSE 0 END)",
+    "episodic": "sum(CASE WHEN kind = 'episodic' THEN 1 ELSE 0 END)",
+    "semantic": "sum(CASE WHEN kind = 'semantic' THEN 1 ELSE 0 END)",
+    "summary": "sum(CASE WHEN kind = 'summary' THEN 1 ELSE 0 END)",
+    "block": "sum(CASE WHEN kind = 'block' THEN 1 ELSE 0 END)",
+    "active": "sum(CASE WHEN zone = 'active' THEN 1 ELSE 0 END)",
+    "archived": "sum(CASE WHEN zone = 'archived' THEN 1 ELSE 0 END)",
+    "purge_queue": "sum(CASE WHEN zone = 'purge_queue' THEN 1 ELSE 0 END)",
+    "superseded": "sum(CASE WHEN superseded_by IS NOT NULL THEN 1 ELSE 0 END)",
+    "stale": "sum(CASE WHEN stale THEN 1 ELSE 0 END)",
+    "pinned": "sum(CASE WHEN pinned THEN 1 ELSE 0 END)",
+    "contradicted": "sum(CASE WHEN {contradicted} THEN 1 ELSE 0 END)",
+    "avg_importance": "avg(importance)",
+}
+
+
+def _select(contradicted: str) -> str:
+    parts = [f"{sql.format(contradicted=contradicted)} AS {name}" for name, sql in _METRICS.items()]
+    return f"SELECT namespace, {', '.join(parts)} FROM memories GROUP BY namespace ORDER BY namespace"
+
+
+def snapshot_counts(memories: pa.Table) -> dict[str, dict[str, float]]:
+    con = duckdb.connect()
+    con.register("memories", memories.drop_columns(["embedding"]) if "embedding" in memories.column_names else memories)
+    rows = con.execute(_select("json_exists(metadata, '$.contradictionWith')")).fetchall()
+    return _by_namespace(rows)
+
+
+def live_counts(store: Store) -> dict[str, dict[str, float]]:
+    # SQLite keeps booleans as 0/1, which CASE WHEN reads as false/true just like PostgreSQL's booleans.
+    if store.dialect == "sqlite":
+        contradicted = "json_extract(metadata, '$.contradictionWith') IS NOT NULL"
+    else:
+        contradicted = "metadata -> 'contradictionWith' IS NOT NULL"
+    return _by_namespace(store.query(_select(contradicted)))
+
+
+def _by_namespace(rows: list[tuple]) -> dict[str, dict[str, float]]:
+    names = list(_METRICS)
+    return {r[0]: {n: float(v or 0) for n, v in zip(names, r[1:], strict=True)} for r in rows}
+
+
+@dataclass
+class HealthReport:
+    as_of: dt.date
+    before: dict[str, dict[str, float]]
+    after: dict[str, dict[str, float]]
+    changes: dict[str, Any] = field(default_factory=dict)  # by_op etc. per change set class
+    applied: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def totals(self, side: str) -> dict[str, float]:
+        data = self.before if side == "before" else self.after
+        out: dict[str, float] = {}
+        for counts in data.values():
+            for key, value in counts.items():
+                if key != "avg_importance":
+                    out[key] = out.get(key, 0) + value
+        weights = sum(c["total"] for c in data.values())
+        out["avg_importance"] = (
+            sum(c["avg_importance"] * c["total"] for c in data.values()) / weights if weights else 0.0
+        )
+        return out
+
+    def recommendations(self) -> list[str]:
+        advice = list(self.notes)
+        after = self.totals("after")
+        if after.get("stale", 0) > 0.2 * max(after.get("total", 0), 1):
+            advice.append(
+                f"{int(after['stale'])} memories are stale (more than 20%): run `engram-pipelines preview-decay` "
+                "before the next retention sweep and pin what must stay."
+            )
+        gated = self.changes.get("gated", {})
+        if gated.get("total"):
+            advice.append(
+                f"{gated['total']} review-gated changes wait in {gated.get('change_set_id')}: "
+                f"`engram-pipelines changes show {gated.get('change_set_id')}`, then approve or leave them."
+            )
+        if after.get("contradicted", 0):
+            advice.append(f"{int(after['contradicted'])} memories carry a contradiction flag: reconcile the pairs.")
+        if not advice:
+            advice.append("Nothing needs attention.")
+        return advice
+
+    def markdown(self) -> str:
+        lines = [f"# Memory health report, as of {self.as_of.isoformat()}", ""]
+        lines += ["## Statistics (all namespaces)", "", "| Metric | Before | After | Change |", "|---|---|---|---|"]
+        before, after = self.totals("before"), self.totals("after")
+        for key in _METRICS:
+            b, a = before.get(key, 0.0), after.get(key, 0.0)
+            fmt = "{:.3f}" if key == "avg_importance" else "{:,.0f}"
+            change = a - b
+            sign = "+" if change > 0 else ""
+            lines.append(f"| {key} | {fmt.format(b)} | {fmt.format(a)} | {sign}{fmt.format(change)} |")
+        lines += ["", "## Per namespace (after)", ""]
+        cols = ["total", "active", "archived", "superseded", "stale", "semantic", "contradicted"]
+        lines += ["| namespace | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        for namespace, counts in sorted(self.after.items()):
+            lines.append(f"| {namespace} | " + " | ".join(f"{counts.get(c, 0):,.0f}" for c in cols) + " |")
+        lines += ["", "## Changes", ""]
+        for klass, info in self.changes.items():
+            by_op = ", ".join(f"{op} {n}" for op, n in info.get("by_op", {}).items()) or "none"
+            lines.append(f"- **{klass}** `{info.get('change_set_id')}`: {info.get('total', 0)} changes ({by_op})")
+        for klass, info in self.applied.items():
+            lines.append(
+                f"- applied {klass}: {info['applied']} applied, {info['skipped_concurrent_edit']} skipped "
+                f"(concurrent edit), {info['ineligible']} ineligible of {info['total']}"
+            )
+        lines += ["", "## Recommendations", ""]
+        lines += [f"{i}. {text}" for i, text in enumerate(self.recommendations(), start=1)]
+        return "\n".join(lines) + "\n"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "as_of": self.as_of.isoformat(),
+            "before": self.totals("before"),
+            "after": self.totals("after"),
+            "per_namespace_after": self.after,
+            "changes": self.changes,
+            "applied": self.applied,
+            "recommendations": self.recommendations(),
+        }

@@ -1,0 +1,199 @@
+"""Review reports of a change set: Markdown, and a single self-contained HTML page.
+
+Changes are grouped by cluster (a canonical and its losers), then by contradiction pair, then the rest,
+so a reviewer sees each decision whole: the canonical, the losers, their scores, the tag union, the text.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import defaultdict
+from typing import Any
+
+from engram_pipelines.store import ChangeSetRecord, redact
+
+
+def _clusters(rows: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    clusters: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    rest = []
+    for row in rows:
+        if row.get("cluster_id"):
+            clusters[row["cluster_id"]].append(row)
+        else:
+            rest.append(row)
+    return dict(sorted(clusters.items())), rest
+
+
+def _commands(record: ChangeSetRecord, url: str) -> list[str]:
+    store = f" --store {redact(url)}"
+    if record.status == "proposed" and record.review_class == "gated":
+        return [
+            f"engram-pipelines approve {record.change_set_id}{store}",
+            f"engram-pipelines apply {record.change_set_id}{store}",
+        ]
+    if record.status in ("proposed", "approved"):
+        return [f"engram-pipelines apply {record.change_set_id}{store}"]
+    if record.status == "applied":
+        return [f"engram-pipelines revert {record.change_set_id}{store}"]
+    return []
+
+
+def _content(memories: dict[str, dict[str, Any]], memory_id: str | None) -> str:
+    if memory_id is None or memory_id not in memories:
+        return "(not in the store)"
+    return str(memories[memory_id]["content"])
+
+
+def _scores(row: dict[str, Any]) -> str:
+    scores = []
+    for item in json.loads(row["evidence"]):
+        for key in ("score", "cosine", "decay_score"):
+            if key in item:
+                scores.append(f"{key} {item[key]:.3f}" if isinstance(item[key], float) else f"{key} {item[key]}")
+    return ", ".join(scores)
+
+
+def _canonical_of(members: list[dict[str, Any]]) -> str | None:
+    for row in members:
+        patch = json.loads(row["patch"])
+        if isinstance(patch, dict) and patch.get("superseded_by"):
+            return str(patch["superseded_by"])
+    return None
+
+
+def review_markdown(
+    record: ChangeSetRecord, rows: list[dict[str, Any]], memories: dict[str, dict[str, Any]], url: str
+) -> str:
+    out = [
+        f"# Change set {record.change_set_id}",
+        "",
+        f"- status: **{record.status}** ({record.review_class}), as of {record.as_of}, job {record.job}",
+        f"- changes: {record.total}; by op: "
+        + (", ".join(f"{k} {v}" for k, v in record.counts.get("by_op", {}).items()) or "none"),
+        "",
+    ]
+    clusters, rest = _clusters(rows)
+    if clusters:
+        out += ["## Clusters", ""]
+    for cluster_id, members in clusters.items():
+        canonical = _canonical_of(members)
+        out += [f"### {cluster_id}", "", f"- canonical `{canonical}`: {_content(memories, canonical)}"]
+        for row in members:
+            patch = json.loads(row["patch"])
+            if row["target_id"] == canonical:
+                if "tags" in patch:
+                    out.append(f"- tag union onto the canonical: {', '.join(patch['tags'])}")
+                continue
+            out.append(
+                f"- loser `{row['target_id']}` ({_scores(row)}; {'+'.join(row['ops'])}): "
+                f"{_content(memories, row['target_id'])}"
+            )
+        out.append("")
+    if rest:
+        out += ["## Other changes", "", "| target | namespace | ops | reason |", "|---|---|---|---|"]
+        for row in rest:
+            reason = row["reason"].replace("|", "\\|")
+            out.append(f"| `{row['target_id']}` | {row['namespace']} | {'+'.join(row['ops'])} | {reason} |")
+        out.append("")
+    commands = _commands(record, url)
+    if commands:
+        out += ["## Next step", "", "```", *commands, "```", ""]
+    return "\n".join(out)
+
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#1d2330;background:#f7f8fa}
+h1{font-size:1.4rem} .meta{color:#555} .card{background:#fff;border:1px solid #dde;border-radius:8px;
+padding:1rem;margin:1rem 0} .pair{display:grid;grid-template-columns:1fr 1fr;gap:1rem}
+.canon{border-left:4px solid #2a7} .loser{border-left:4px solid #c73;padding-left:.5rem;margin:.4rem 0}
+code{background:#eef;padding:0 .25rem;border-radius:3px} table{border-collapse:collapse;width:100%;background:#fff}
+td,th{border:1px solid #dde;padding:.3rem .5rem;text-align:left;font-size:.9rem} .cmd{background:#1d2330;
+color:#e8f0ff;padding:.8rem;border-radius:6px;font-family:monospace;white-space:pre} .tag{display:inline-block;
+background:#e6f0ff;border-radius:10px;padding:0 .5rem;margin:0 .2rem;font-size:.85rem}
+.filters{margin:1rem 0} select{margin-right:1rem}
+"""
+
+_SCRIPT = """
+function applyFilters(){const ns=document.getElementById('ns').value;const op=document.getElementById('op').value;
+document.querySelectorAll('[data-ns]').forEach(e=>{const okNs=!ns||e.dataset.ns===ns;
+const okOp=!op||e.dataset.ops.split(' ').includes(op);e.style.display=(okNs&&okOp)?'':'none';});}
+"""
+
+
+def review_html(
+    record: ChangeSetRecord, rows: list[dict[str, Any]], memories: dict[str, dict[str, Any]], url: str
+) -> str:
+    e = html.escape
+    clusters, rest = _clusters(rows)
+    namespaces = sorted({r["namespace"] for r in rows})
+    ops = sorted({op for r in rows for op in r["ops"]})
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>Change set {e(record.change_set_id)}</title><style>{_STYLE}</style><script>{_SCRIPT}</script>",
+        "</head><body>",
+        f"<h1>Change set <code>{e(record.change_set_id)}</code></h1>",
+        f"<p class='meta'>status <b>{e(record.status)}</b> ({e(record.review_class)}), as of {e(record.as_of)}, "
+        f"job {e(record.job)}, {record.total} changes</p>",
+        "<p>By op: "
+        + (", ".join(f"{e(k)} {v}" for k, v in record.counts.get("by_op", {}).items()) or "none")
+        + "</p>",
+        "<div class='filters'>Namespace <select id='ns' onchange='applyFilters()'><option value=''>all</option>"
+        + "".join(f"<option>{e(n)}</option>" for n in namespaces)
+        + "</select> Op <select id='op' onchange='applyFilters()'><option value=''>all</option>"
+        + "".join(f"<option>{e(o)}</option>" for o in ops)
+        + "</select></div>",
+    ]
+    if clusters:
+        parts.append(f"<h2>Clusters ({len(clusters)})</h2>")
+    for cluster_id, members in clusters.items():
+        canonical = _canonical_of(members)
+        member_ops = " ".join(sorted({op for r in members for op in r["ops"]}))
+        parts.append(
+            f"<div class='card cluster' data-ns='{e(members[0]['namespace'])}' data-ops='{e(member_ops)}'>"
+            f"<h3>{e(cluster_id)}</h3><div class='pair'><div class='canon'><b>canonical</b> "
+            f"<code>{e(str(canonical))}</code><p>{e(_content(memories, canonical))}</p>"
+        )
+        for row in members:
+            patch = json.loads(row["patch"])
+            if row["target_id"] == canonical and "tags" in patch:
+                parts.append("tag union: " + "".join(f"<span class='tag'>{e(t)}</span>" for t in patch["tags"]))
+        parts.append("</div><div>")
+        for row in members:
+            if row["target_id"] == canonical:
+                continue
+            parts.append(
+                f"<div class='loser'><b>loser</b> <code>{e(row['target_id'])}</code> "
+                f"<small>{e(_scores(row))}</small><p>{e(_content(memories, row['target_id']))}</p></div>"
+            )
+        parts.append("</div></div></div>")
+    contradictions = [r for r in rest if "flag_contradiction" in r["ops"]]
+    if contradictions:
+        parts.append(f"<h2>Contradictions ({len(contradictions)})</h2>")
+        for row in contradictions:
+            for intent in json.loads(row["intents"]):
+                if intent["op"] != "flag_contradiction":
+                    continue
+                other = intent["params"]["with"]
+                parts.append(
+                    f"<div class='card' data-ns='{e(row['namespace'])}' data-ops='{e(' '.join(row['ops']))}'>"
+                    f"<p><b>rule:</b> {e(intent['reason'])}</p><div class='pair'>"
+                    f"<div><code>{e(row['target_id'])}</code><p>{e(_content(memories, row['target_id']))}</p></div>"
+                    f"<div><code>{e(other)}</code><p>{e(_content(memories, other))}</p></div></div></div>"
+                )
+    others = [r for r in rest if r not in contradictions]
+    if others:
+        parts.append(f"<h2>Other changes ({len(others)})</h2><table><tr><th>target</th><th>namespace</th>"
+                     "<th>ops</th><th>reason</th><th>outcome</th></tr>")
+        for row in others:
+            parts.append(
+                f"<tr data-ns='{e(row['namespace'])}' data-ops='{e(' '.join(row['ops']))}'>"
+                f"<td><code>{e(row['target_id'])}</code></td><td>{e(row['namespace'])}</td>"
+                f"<td>{e('+'.join(row['ops']))}</td><td>{e(row['reason'])}</td><td>{e(row.get('outcome', ''))}</td></tr>"
+            )
+        parts.append("</table>")
+    commands = _commands(record, url)
+    if commands:
+        parts.append("<h2>Next step</h2><div class='cmd'>" + e("\n".join(commands)) + "</div>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
