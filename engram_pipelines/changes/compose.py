@@ -171,7 +171,7 @@ def _compose_one(
             "op": op,
             "ops": [i.op for i in intents],
             "intents": _intents_json(intents),
-            "patch": _dumps(intent.params),
+            "patch": _dumps({**intent.params, "namespace": namespace}),
             "reason": "; ".join(sorted({i.reason for i in intents if i.reason})),
             "source": ",".join(sorted({i.source for i in intents})),
             "destructive": op == "link_delete",

@@ -1,0 +1,210 @@
+"""Change sets: composition, determinism, the review gate, CAS apply with retry, revert, restore, explain."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow.parquet as pq
+import pytest
+
+from engram_pipelines.changes.apply import ReviewRequired, apply_change_set
+from engram_pipelines.changes.compose import compose, intents_table
+from engram_pipelines.changes.invariants import crosses_namespace, destructive_on_pinned, several_writes_per_row
+from engram_pipelines.changes.registry import load_change_set
+from engram_pipelines.changes.revert import RestoreError, approve_change_set, restore_memory, revert_change_set
+from engram_pipelines.explain import explain_memory
+from engram_pipelines.snapshot import take_snapshot
+from engram_pipelines.timestamps import end_of_day
+from tests.changes_helpers import intent, propose
+from tests.conftest import AS_OF, memory
+
+
+def test_ops_on_one_row_compose_into_one_write(store, warehouse):
+    store.insert_memories([memory(1), memory(2)])
+    cs = propose(store, warehouse, [
+        intent("m1", "mark_stale", score=0.2),
+        intent("m1", "move_zone", **{"from": "active", "to": "archived"}),
+        intent("m1", "supersede", by="m2"),
+        intent("m1", "union_tags", tags=["x"]),
+    ])
+    _, table = load_change_set(store, cs)
+    assert table.num_rows == 1
+    change = table.to_pylist()[0]
+    assert change["ops"] == ["mark_stale", "move_zone", "supersede", "union_tags"]
+    assert change["destructive"] and change["expected_version"] == 1
+    result = apply_change_set(store, cs)
+    assert (result.applied, result.total) == (1, 1)
+    row = store.get("m1")
+    assert (row["zone"], row["superseded_by"], row["stale"], row["tags"], row["version"]) == (
+        "archived", "m2", True, ["x"], 2)
+    assert row["metadata"]["supersededReason"] == "supersede by test"
+
+
+def test_precedence_purge_wins_and_the_most_advanced_zone_wins(store, warehouse):
+    store.insert_memories([memory(1, zone="purge_queue"), memory(2)])
+    intents = [
+        intent("m1", "purge"),
+        intent("m1", "union_tags", tags=["x"]),
+        intent("m2", "move_zone", **{"from": "active", "to": "archived"}),
+        intent("m2", "move_zone", source="other", **{"from": "active", "to": "purge_queue"}),
+    ]
+    _, table = load_change_set(store, propose(store, warehouse, intents))
+    by_target = {c["target_id"]: c for c in table.to_pylist()}
+    assert by_target["m1"]["op"] == "delete" and by_target["m1"]["ops"] == ["purge"]
+    assert "union_tags" in by_target["m1"]["dropped"]
+    assert '"zone":"purge_queue"' in by_target["m2"]["patch"]
+
+
+def test_decay_never_clears_a_supersede_marker(store, warehouse):
+    store.insert_memories([memory(1), memory(2, superseded_by="m1")])
+    cs = propose(store, warehouse, [intent("m2", "mark_stale", score=0.1), intent("m2", "clear_stale", score=0.5)])
+    apply_change_set(store, cs)
+    assert store.get("m2")["superseded_by"] == "m1"
+
+
+def test_only_transitions_are_emitted(store, warehouse):
+    store.insert_memories([memory(1, tags=["a"])])
+    cs = propose(store, warehouse, [intent("m1", "union_tags", tags=["a"])])
+    assert load_change_set(store, cs)[1].num_rows == 0
+
+
+def test_same_snapshot_and_config_give_byte_identical_change_sets(store, warehouse, tmp_path):
+    store.insert_memories([memory(i) for i in range(5)])
+    take_snapshot(store, warehouse, AS_OF)
+    intents = intents_table([intent(f"m{i}", "mark_stale", score=0.1 * i) for i in range(5)])
+    memories = warehouse.read_table("memories", AS_OF)
+    one = compose(intents, memories, as_of=AS_OF, at=end_of_day(AS_OF), job="nightly")["auto"]
+    two = compose(intents.take([4, 3, 2, 1, 0]), memories, as_of=AS_OF, at=end_of_day(AS_OF), job="nightly")["auto"]
+    pq.write_table(one, tmp_path / "a.parquet")
+    pq.write_table(two, tmp_path / "b.parquet")
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+
+
+def test_gated_sets_need_an_approval(store, warehouse):
+    store.insert_memories([memory(1), memory(2)])
+    cs = propose(store, warehouse, [intent("m2", "supersede", klass="gated", by="m1")], klass="gated")
+    with pytest.raises(ReviewRequired, match="approve"):
+        apply_change_set(store, cs)
+    assert store.get("m2")["superseded_by"] is None
+    approve_change_set(store, cs, actor="reviewer")
+    assert apply_change_set(store, cs).applied == 1
+    assert store.get_change_set(cs).approved_by == "reviewer"
+
+
+def test_reapplying_is_a_no_op_and_every_write_is_audited(store, warehouse):
+    store.insert_memories([memory(i) for i in range(4)])
+    cs = propose(store, warehouse, [intent(f"m{i}", "mark_stale", score=0.1) for i in range(4)])
+    first = apply_change_set(store, cs)
+    audit = store.audit_rows(change_set_id=cs)
+    second = apply_change_set(store, cs)
+    assert first.applied == 4 and second.applied == 4 and second.resumed_from == 4
+    assert len(store.audit_rows(change_set_id=cs)) == len(audit) == 4
+    assert audit[0]["before"]["stale"] in (0, False) and audit[0]["after"]["stale"] is True
+    assert [store.get(f"m{i}")["version"] for i in range(4)] == [2, 2, 2, 2]
+
+
+def test_an_agent_edit_is_retried_on_the_fresh_row(store, warehouse):
+    store.insert_memories([memory(1, tags=["a"])])
+    cs = propose(store, warehouse, [intent("m1", "promote_tier", **{"from": "stm", "to": "ltm"})])
+    store.update_memory("m1", 1, tags=["a", "agent"])  # a concurrent agent edit: version 2
+    result = apply_change_set(store, cs)
+    assert (result.applied, result.retried) == (1, 1)
+    row = store.get("m1")
+    assert row["tier"] == "ltm" and row["tags"] == ["a", "agent"] and row["version"] == 3
+
+
+def test_a_row_accessed_since_the_snapshot_is_not_archived(store, warehouse):
+    store.insert_memories([memory(1)])
+    cs = propose(store, warehouse, [intent("m1", "move_zone", **{"from": "active", "to": "archived"})])
+    store.record_access("m1")
+    result = apply_change_set(store, cs)
+    assert (result.applied, result.ineligible) == (0, 1)
+    assert "accessed since" in next(iter(result.ineligible_reasons))
+    assert store.get("m1")["zone"] == "active"
+
+
+def test_a_row_pinned_since_the_snapshot_is_not_hidden(store, warehouse):
+    store.insert_memories([memory(1), memory(2)])
+    cs = propose(store, warehouse, [intent("m1", "supersede", by="m2")])
+    store.set_pinned("m1", 1)
+    result = apply_change_set(store, cs)
+    assert result.ineligible == 1 and store.get("m1")["superseded_by"] is None
+
+
+def test_content_edited_since_the_evidence_is_not_merged(store, warehouse):
+    store.insert_memories([memory(1), memory(2)])
+    cs = propose(store, warehouse, [intent("m1", "supersede", by="m2")])
+    store.update_memory("m1", 1, content="a different fact now")
+    assert apply_change_set(store, cs).ineligible == 1
+
+
+def test_revert_restores_pre_images_and_skips_rows_edited_since(store, warehouse):
+    store.insert_memories([memory(1), memory(2), memory(3)])
+    cs = propose(store, warehouse, [intent("m1", "supersede", by="m3"), intent("m2", "union_tags", tags=["t"])])
+    apply_change_set(store, cs)
+    store.update_memory("m2", 2, content="edited after the apply")
+    result = revert_change_set(store, cs)
+    assert result.reverted == 1 and result.skipped_edited_since == ["m2"]
+    assert store.get("m1")["superseded_by"] is None and store.get("m1")["metadata"] == {}
+    assert store.get("m2")["tags"] == ["t"]
+    assert store.get_change_set(cs).status == "reverted"
+
+
+def test_purge_then_restore_under_the_original_id_once(store, warehouse):
+    store.insert_memories([memory(1, zone="purge_queue", tags=["keep"], metadata={"a": 1})])
+    original = store.get("m1")
+    cs = propose(store, warehouse, [intent("m1", "purge")])
+    assert apply_change_set(store, cs).applied == 1
+    assert store.get("m1") is None
+    restore_memory(store, "m1")
+    back = store.get("m1")
+    assert {k: back[k] for k in ("content", "tags", "metadata", "zone", "created_at")} == {
+        k: original[k] for k in ("content", "tags", "metadata", "zone", "created_at")
+    }
+    assert (back["embedding"] == original["embedding"]).all()
+    with pytest.raises(RestoreError, match="exists"):
+        restore_memory(store, "m1")
+
+
+def test_inserts_and_links_are_applied_once_and_reverted(store, warehouse):
+    store.insert_memories([memory(1)])
+    row = {"id": "s1", "namespace": "ns1", "kind": "semantic", "content": "a fact", "created_at": dt.datetime(
+        2026, 11, 29, tzinfo=dt.UTC)}
+    link = {"namespace": "ns1", "src_id": "s1", "dst_id": "m1", "kind": "derived-from", "weight": 1.0}
+    cs = propose(store, warehouse, [
+        intent("s1", "insert_memory", row=row),
+        {**intent("s1|m1|derived-from", "upsert_link", **link), "target_kind": "link"},
+    ])
+    result = apply_change_set(store, cs)
+    assert result.applied == 2 and store.get("s1")["kind"] == "semantic"
+    assert store.query("SELECT count(*) FROM memory_links")[0][0] == 1
+    revert_change_set(store, cs)
+    assert store.get("s1") is None and store.query("SELECT count(*) FROM memory_links")[0][0] == 0
+
+
+def test_invariant_checks_catch_violations(store, warehouse):
+    store.insert_memories([memory(1, pinned=True), memory(2, namespace="ns2")])
+    take_snapshot(store, warehouse, AS_OF)
+    memories = warehouse.read_table("memories", AS_OF)
+    sets = compose(
+        intents_table([intent("m1", "supersede", by="m2")]), memories, as_of=AS_OF, at=end_of_day(AS_OF), job="t"
+    )
+    table = sets["auto"]
+    assert [v["target_id"] for v in destructive_on_pinned(table, memories)] == ["m1"]
+    assert [v["memory"] for v in crosses_namespace(table, memories)] == ["m2"]
+    assert several_writes_per_row(table) == []
+    import pyarrow as pa
+
+    assert len(several_writes_per_row(pa.concat_tables([table, table]))) == 1
+
+
+def test_explain_tells_the_lifecycle(store, warehouse):
+    store.insert_memories([memory(1), memory(2)])
+    cs = propose(store, warehouse, [intent("m1", "supersede", by="m2")])
+    apply_change_set(store, cs)
+    story = explain_memory(store, "m1")
+    assert story["state"]["superseded_by"] == "m2"
+    assert story["changes"][0]["outcome"] == "applied" and story["changes"][0]["snapshot_partition"].endswith(
+        AS_OF.isoformat())
+    assert [a["op"] for a in story["audit"]] == ["supersede"]
+    assert explain_memory(store, "m2")["changes"][0]["role"] == "referenced"

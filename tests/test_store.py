@@ -1,0 +1,82 @@
+"""The live store behind one interface: the same tests run on SQLite and on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pytest
+
+from engram_pipelines.store import MigrationRequired, StoreError, VersionConflict, open_store
+from engram_pipelines.store.migrations import LATEST_VERSION
+from tests.conftest import T0, memory
+
+
+def test_migrations_are_versioned_and_idempotent(store):
+    assert store.schema_version() == LATEST_VERSION
+    assert store.migrate() == []
+    assert store.schema_version() == LATEST_VERSION
+
+
+def test_a_store_behind_the_schema_names_the_fix(tmp_path):
+    url = f"sqlite:///{tmp_path}/old.db"
+    with pytest.raises(MigrationRequired, match="engram-pipelines init --store"):
+        open_store(url)
+
+
+def test_unknown_url_is_a_clear_error():
+    with pytest.raises(StoreError, match="use sqlite:///path"):
+        open_store("mysql://x")
+    with pytest.raises(StoreError, match="\\*\\*\\*"):
+        open_store("postgresql://u:secret@127.0.0.1:1/db")
+
+
+def test_insert_is_idempotent_and_get_round_trips(store):
+    row = memory(1, tags=["a", "b"], metadata={"k": 1}, importance=0.7, pinned=True)
+    assert store.insert_memories([row]) == 1
+    assert store.insert_memories([row, memory(2)]) == 1
+    got = store.get("m1")
+    assert got["tags"] == ["a", "b"] and got["metadata"] == {"k": 1}
+    assert got["importance"] == pytest.approx(0.7) and got["pinned"] is True
+    assert got["created_at"] == T0 and got["version"] == 1 and got["zone"] == "active"
+    np.testing.assert_allclose(got["embedding"], row["embedding"], rtol=1e-6)
+    assert store.get("nope") is None
+
+
+def test_agent_cas_update_bumps_version_and_conflicts(store):
+    store.insert_memories([memory(1)])
+    assert store.update_memory("m1", 1, content="edited") == 2
+    with pytest.raises(VersionConflict):
+        store.update_memory("m1", 1, content="lost update")
+    assert store.get("m1")["content"] == "edited"
+
+
+def test_access_bookkeeping_does_not_bump_the_version(store):
+    store.insert_memories([memory(1)])
+    at = dt.datetime(2026, 11, 2, 9, tzinfo=dt.UTC)
+    store.record_access("m1", at)
+    got = store.get("m1")
+    assert (got["access_count"], got["last_accessed_at"], got["version"]) == (1, at, 1)
+
+
+def test_recall_view_hides_superseded_and_archived(store):
+    store.insert_memories([memory(1), memory(2, superseded_by="m1"), memory(3, zone="archived")])
+    assert store.recall("ns1") == ["m1"]
+
+
+def test_streamed_batches_cover_every_row(store):
+    store.insert_memories([memory(i) for i in range(25)])
+    batches = list(store.iter_memory_batches(10, 384))
+    assert [b.num_rows for b in batches] == [10, 10, 5]
+    ids = [i for b in batches for i in b.column("id").to_pylist()]
+    assert ids == sorted(f"m{i}" for i in range(25))
+    first = batches[0].column("embedding")[0].as_py()
+    assert len(first) == 384
+
+
+@pytest.mark.postgres
+def test_postgres_uses_pgvector_when_the_extension_exists(pg_server):
+    url = pg_server.create_database("engram_vector_check")
+    with open_store(url, migrate=True) as store:
+        expected = "vector" if pg_server.has_pgvector else "bytea"
+        assert store.embedding_column_type().startswith(expected)
