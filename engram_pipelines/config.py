@@ -239,7 +239,7 @@ class ReviewConfig(_Section):
 
 
 class ApplyConfig(_Section):
-    batch_size: int = 500
+    batch_size: int = 1000
 
 
 class SnapshotConfig(_Section):

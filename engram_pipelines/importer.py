@@ -123,14 +123,21 @@ def parse_jsonl(
     """Parse a JSON Lines memory export, yielding one result per `batch_size` non-blank lines.
 
     Memory stays bounded by the batch size (plus the id index used to find duplicates). At least one
-    result is yielded, so an empty file still gives a table with the right schema.
+    result is yielded, so an empty file still gives a table with the right schema. Bad arguments raise
+    ValueError at the call; the file is opened on the first iteration.
     """
     _check_arguments(default_namespace, embedding_dim, batch_size)
+    return _parse_batches(Path(path), default_namespace, embedding_dim, batch_size)
+
+
+def _parse_batches(
+    path: Path, default_namespace: str | None, embedding_dim: int, batch_size: int
+) -> Iterator[ParseResult]:
     schema = import_schema(embedding_dim)
     parser = _LineParser(default_namespace, embedding_dim)
     batch = _Batch()
     yielded = False
-    with Path(path).open("rb") as file:  # bytes, so only "\n" ends a line and bad UTF-8 is one reject
+    with path.open("rb") as file:  # bytes, so only "\n" ends a line and bad UTF-8 is one reject
         for number, data in enumerate(file, start=1):
             if number == 1:
                 data = data.removeprefix(_UTF8_BOM)
@@ -347,8 +354,8 @@ def _read_memory(
     namespace = _read_namespace(fields, default_namespace)
     content = fields.required("content", _text)
     created_at = fields.required("created_at", _timestamp)
-    tier = fields.optional("tier", _one_of(records.TIERS), DEFAULT_TIER)
-    kind = fields.optional("kind", _one_of(records.KINDS), DEFAULT_KIND)
+    tier = fields.optional("tier", _tier, DEFAULT_TIER)
+    kind = fields.optional("kind", _kind, DEFAULT_KIND)
     importance = fields.optional("importance", _importance, DEFAULT_IMPORTANCE)
     access_count = fields.optional("access_count", _access_count, 0)
     last_accessed_at = fields.optional("last_accessed_at", _timestamp, None)
@@ -453,6 +460,10 @@ def _one_of(options: Sequence[str]) -> Callable[[Any], str]:
         return value
 
     return check
+
+
+_tier = _one_of(records.TIERS)
+_kind = _one_of(records.KINDS)
 
 
 def _importance(value: Any) -> float:

@@ -596,7 +596,7 @@ def test_invalid_arguments_are_refused(tmp_path: Path) -> None:
 
     for options in ({"embedding_dim": 0}, {"batch_size": 0}, {"default_namespace": " "}):
         with pytest.raises(ValueError):
-            next(parse_jsonl(path, **options))
+            parse_jsonl(path, **options)  # at the call, not at the first iteration
 
 
 # --- rejects file ------------------------------------------------------------------------------------------

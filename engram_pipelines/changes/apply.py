@@ -73,7 +73,7 @@ def apply_change_set(
     change_set_id: str,
     *,
     actor: str = "engram-pipelines",
-    batch_size: int = 500,
+    batch_size: int = 1000,
     allow_unapproved: bool = False,
     progress: Progress | None = None,
 ) -> ApplyResult:
@@ -231,7 +231,7 @@ def _first_attempt(change: dict[str, Any]) -> MemoryWrite:
         target_id=change["target_id"],
         expected_version=int(change["expected_version"]),
         op=_op_name(change),
-        patch=json.loads(change["patch"]),
+        patch=change["patch"],
         guard=Guard(change["guard_access_count"], change["guard_last_accessed_at"], bool(change["guard_pinned"])),
     )
 

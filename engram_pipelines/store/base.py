@@ -62,7 +62,7 @@ class MemoryWrite:
     target_id: str
     expected_version: int
     op: str
-    patch: dict[str, Any] = field(default_factory=dict)  # column -> new value (python types)
+    patch: dict[str, Any] | str = field(default_factory=dict)  # column -> new value, or that as JSON text
     guard: Guard | None = None
 
 
@@ -524,9 +524,7 @@ class Store(ABC):
         "g_access_count",
         "g_last_accessed_at",
         "g_pinned",
-        "set_mask",
-        *WRITABLE,
-        "after",
+        "patch",
     )
 
     def _cas_condition(self) -> str:
@@ -548,19 +546,22 @@ class Store(ABC):
     def _json_value_sql(self, column: str) -> str:
         return f"m.{column}"
 
-    def _batch_rows(self, writes: Sequence[MemoryWrite], at: dt.datetime) -> list[tuple]:
+    @abstractmethod
+    def _patch_has_sql(self, column: str) -> str:
+        """SQL: the batch row's JSON patch sets `column`."""
+
+    @abstractmethod
+    def _patch_value_sql(self, column: str) -> str:
+        """SQL: the value the batch row's JSON patch gives `column`, in the column's type."""
+
+    @abstractmethod
+    def _audit_after_sql(self) -> str:
+        """SQL: the audit `after` document (the patch plus the new version)."""
+
+    def _batch_rows(self, writes: Sequence[MemoryWrite]) -> list[tuple]:
         rows = []
         for w in writes:
-            mask = 0
-            values = []
-            for bit, column in enumerate(WRITABLE):
-                if column in w.patch:
-                    mask |= 1 << bit
-                    values.append(self._to_db(column, w.patch[column]))
-                else:
-                    values.append(None)
             g = w.guard
-            after = {**w.patch, "version": w.expected_version + 1}
             rows.append(
                 (
                     w.change_id,
@@ -571,9 +572,7 @@ class Store(ABC):
                     g.access_count if g else None,
                     self._to_db("last_accessed_at", g.last_accessed_at) if g else None,
                     self._to_db("pinned", g.pinned) if g else None,
-                    mask,
-                    *values,
-                    json.dumps(after, default=_json_default, sort_keys=True),
+                    w.patch if isinstance(w.patch, str) else json.dumps(w.patch, default=_json_default),
                 )
             )
         return rows
@@ -583,80 +582,55 @@ class Store(ABC):
     ) -> set[str]:
         """Apply a batch of composed CAS writes in one transaction; returns the change ids that landed.
 
-        Each landed write leaves an audit row (pre-image and patch) and a ledger row in the same transaction.
-        Writes whose version or guards no longer match are left alone and not returned.
+        Set-based: the batch goes into a temporary table; one statement marks the rows whose version and
+        guards still match (locking them on PostgreSQL), one copies their pre-images to the audit log, one
+        writes them, one records them in the ledger. Writes that no longer match are left alone.
         """
         if not writes:
             return set()
-        at = utc_now()
-        by_target = {w.target_id: w for w in writes}
+        at = self._to_db("created_at", utc_now())
         with self.write_transaction() as cur:
             self._ensure_batch_tables(cur)
-            self._fill_batch_table(cur, "_batch", self._BATCH_COLUMNS, self._batch_rows(writes, at))
-            preimage = self._json_object(self._preimage_pairs(full=delete))
+            self._fill_batch_table(cur, "_batch", self._BATCH_COLUMNS, self._batch_rows(writes))
             cur.execute(
-                f"SELECT m.id, {preimage} FROM memories m JOIN _batch b ON m.id = b.target_id "
-                f"WHERE {self._cas_condition()} {self._lock_clause()}"
+                "UPDATE _batch SET hit = 1 WHERE target_id IN (SELECT m.id FROM memories m JOIN _batch b "
+                f"ON m.id = b.target_id WHERE {self._cas_condition()} {self._lock_clause()})"
             )
-            matched = {row[0]: row[1] for row in cur.fetchall()}
-            if matched:
-                cur.execute(f"DELETE FROM _batch WHERE NOT target_id IN (SELECT m.id FROM memories m JOIN _batch b "
-                            f"ON m.id = b.target_id WHERE {self._cas_condition()})")
-                if delete:
-                    cur.execute("DELETE FROM memories WHERE id IN (SELECT target_id FROM _batch)")
-                else:
-                    cur.execute(self._update_from_batch_sql(at))
-                audit = [
-                    (
-                        self._to_db("created_at", at),
-                        actor,
-                        change_set_id,
-                        by_target[target].change_id,
-                        "memory",
-                        target,
-                        by_target[target].op,
-                        self._preimage_param(pre),
-                        json.dumps(
-                            None if delete else {**by_target[target].patch, "version": by_target[target].expected_version + 1},
-                            default=_json_default,
-                            sort_keys=True,
-                        ),
-                    )
-                    for target, pre in matched.items()
-                ]
-                cur.executemany(
-                    self._sql(
-                        "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, "
-                        "before, after) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                    ),
-                    audit,
-                )
-                self._record_outcomes(
-                    cur,
-                    change_set_id,
-                    [Outcome(by_target[t].change_id, t, "applied") for t in matched],
-                    at,
-                )
-        return {by_target[t].change_id for t in matched}
+            preimage = self._json_object(self._preimage_pairs(full=delete))
+            after = "NULL" if delete else self._audit_after_sql()
+            cur.execute(
+                self._sql(
+                    "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "
+                    f"after) SELECT ?, ?, ?, b.change_id, 'memory', b.target_id, b.op, {preimage}, {after} "
+                    "FROM _batch b JOIN memories m ON m.id = b.target_id WHERE b.hit = 1"
+                ),
+                (at, actor, change_set_id),
+            )
+            if delete:
+                cur.execute("DELETE FROM memories WHERE id IN (SELECT target_id FROM _batch WHERE hit = 1)")
+            else:
+                cur.execute(self._update_from_batch_sql(), (at,))
+            cur.execute(
+                self._sql(
+                    "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at) "
+                    "SELECT change_id, ?, target_id, 'applied', NULL, ? FROM _batch WHERE hit = 1 "
+                    "ON CONFLICT (change_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, "
+                    "at = excluded.at"
+                ),
+                (change_set_id, at),
+            )
+            cur.execute("SELECT change_id FROM _batch WHERE hit = 1")
+            return {row[0] for row in cur.fetchall()}
 
-    def _preimage_param(self, value: Any) -> Any:
-        return value if isinstance(value, str) else json.dumps(value, default=_json_default)
-
-    def _update_from_batch_sql(self, at: dt.datetime) -> str:
+    def _update_from_batch_sql(self) -> str:
         sets = [
-            f"{column} = CASE WHEN (b.set_mask & {1 << bit}) <> 0 THEN b.{column} ELSE memories.{column} END"
-            for bit, column in enumerate(WRITABLE)
+            f"{c} = CASE WHEN {self._patch_has_sql(c)} THEN {self._patch_value_sql(c)} ELSE memories.{c} END"
+            for c in WRITABLE
         ]
-        updated_at = self._to_db("updated_at", at)
-        return (
-            f"UPDATE memories SET {', '.join(sets)}, version = memories.version + 1, "
-            f"updated_at = {self._literal(updated_at)} FROM _batch b WHERE memories.id = b.target_id"
+        return self._sql(
+            f"UPDATE memories SET {', '.join(sets)}, version = memories.version + 1, updated_at = ? "
+            "FROM _batch b WHERE memories.id = b.target_id AND b.hit = 1"
         )
-
-    def _literal(self, value: Any) -> str:
-        if isinstance(value, str):
-            return "'" + value.replace("'", "''") + "'"
-        return f"'{value.isoformat()}'"
 
     def insert_memories_once(
         self, rows: Sequence[tuple[str, dict[str, Any]]], *, actor: str, change_set_id: str

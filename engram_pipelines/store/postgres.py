@@ -32,18 +32,9 @@ _BATCH_TYPES = {
     "g_access_count": "bigint",
     "g_last_accessed_at": "timestamptz",
     "g_pinned": "boolean",
-    "set_mask": "integer",
-    "tier": "text",
-    "kind": "text",
-    "score": "double precision",
-    "stale": "boolean",
-    "zone": "text",
-    "zone_since": "timestamptz",
-    "superseded_by": "text",
-    "tags": "jsonb",
-    "metadata": "jsonb",
-    "after": "text",
+    "patch": "jsonb",
 }
+_PATCH_CASTS = {"score": "double precision", "stale": "boolean", "zone_since": "timestamptz"}
 
 
 class _VectorBinaryLoader(Loader):
@@ -132,15 +123,29 @@ class PostgresStore(Store):
         return sql.replace("?", "%s")
 
     def _json_object(self, pairs: Sequence[tuple[str, str]]) -> str:
-        return "jsonb_build_object(" + ", ".join(f"'{k}', {v}" for k, v in pairs) + ")::text"
+        return "jsonb_build_object(" + ", ".join(f"'{k}', {v}" for k, v in pairs) + ")"
 
     def _lock_clause(self) -> str:
         return "FOR UPDATE OF m"
 
     def _ensure_batch_tables(self, cur: Any) -> None:
         cols = ", ".join(f"{c} {_BATCH_TYPES[c]}" for c in self._BATCH_COLUMNS)
-        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS _batch ({cols}) ON COMMIT DELETE ROWS")
+        cur.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS _batch ({cols}, hit integer NOT NULL DEFAULT 0) ON COMMIT DELETE ROWS"
+        )
         cur.execute("DELETE FROM _batch")
+
+    def _patch_has_sql(self, column: str) -> str:
+        return f"jsonb_exists(b.patch, '{column}')"
+
+    def _patch_value_sql(self, column: str) -> str:
+        if column in JSON_COLUMNS:
+            return f"(b.patch -> '{column}')"
+        cast = _PATCH_CASTS.get(column)
+        return f"(b.patch ->> '{column}')::{cast}" if cast else f"(b.patch ->> '{column}')"
+
+    def _audit_after_sql(self) -> str:
+        return "jsonb_set(b.patch, '{version}', to_jsonb(b.expected_version + 1))"
 
     def _fill_batch_table(self, cur: Any, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
         with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:

@@ -80,8 +80,18 @@ class SQLiteStore(Store):
 
     def _ensure_batch_tables(self, cur: Any) -> None:
         cols = ", ".join(self._BATCH_COLUMNS)
-        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS _batch ({cols})")
+        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS _batch ({cols}, hit INTEGER NOT NULL DEFAULT 0)")
         cur.execute("DELETE FROM _batch")
+
+    def _patch_has_sql(self, column: str) -> str:
+        return f"json_type(b.patch, '$.{column}') IS NOT NULL"
+
+    def _patch_value_sql(self, column: str) -> str:
+        # json_extract gives arrays and objects back as JSON text, true/false as 1/0, null as NULL.
+        return f"json_extract(b.patch, '$.{column}')"
+
+    def _audit_after_sql(self) -> str:
+        return "json_set(b.patch, '$.version', b.expected_version + 1)"
 
     def _fill_batch_table(self, cur: Any, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
         marks = ", ".join("?" for _ in columns)
