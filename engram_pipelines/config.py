@@ -318,6 +318,7 @@ ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], type]] = {
     "MEMORY_CONTRADICTION_THRESHOLD_MAX": (("similarity", "contradiction_threshold_max"), float),
     "MEMORY_CONTRADICTION_POLICY": (("contradiction", "policy"), str),
     "ENGRAM_DECAY_POLICY": (("decay", "policy"), str),
+    "ENGRAM_APPLY_BATCH_SIZE": (("apply", "batch_size"), int),
 }
 ENV_SECONDS_TO_DAYS = {"ARCHIVE_AGE": ("retention", "archive_age_days")}
 
