@@ -8,7 +8,11 @@ from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.changes.apply import apply_change_set
 from engram_pipelines.changes.compose import CHANGE_SCHEMA
-from engram_pipelines.changes.invariants import crosses_namespace, destructive_on_pinned, several_writes_per_row
+from engram_pipelines.changes.invariants import (
+    crosses_namespace,
+    destructive_on_pinned,
+    several_writes_per_row,
+)
 from engram_pipelines.changes.propose import propose_change_sets
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.changes.revert import approve_change_set
@@ -49,13 +53,20 @@ def change_set(
     wh = warehouse.get()
     with store.open() as live:
         sets = propose_change_sets(
-            live, wh, as_of, job=_job(context), sources=ANALYSIS_SOURCES, config_fingerprint=config.fingerprint()
+            live,
+            wh,
+            as_of,
+            job=_job(context),
+            sources=ANALYSIS_SOURCES,
+            config_fingerprint=config.fingerprint(),
         )
     wh.write_run_pointer(as_of, _job(context), {klass: rec.change_set_id for klass, (rec, _) in sets.items()})
     auto_table = sets["auto"][1]
     gated_table = sets["gated"][1]
     for klass, (record, _) in sets.items():
-        context.log.info(f"{klass} change set {record.change_set_id}: {record.total} changes {record.counts['by_op']}")
+        context.log.info(
+            f"{klass} change set {record.change_set_id}: {record.total} changes {record.counts['by_op']}"
+        )
     both = pa.concat_tables([auto_table, gated_table])
     return dg.MaterializeResult(
         metadata={
@@ -87,17 +98,27 @@ def _result(violations: list[dict[str, str]], what: str) -> dg.AssetCheckResult:
     )
 
 
-@dg.asset_check(asset=change_set, blocking=True, partitions_def=as_of_partitions,
-                description="No change hides or deletes a pinned row or a block.")
+@dg.asset_check(
+    asset=change_set,
+    blocking=True,
+    partitions_def=as_of_partitions,
+    description="No change hides or deletes a pinned row or a block.",
+)
 def no_destructive_op_on_pinned(
     context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
 ) -> dg.AssetCheckResult:
     changes, memories = _tables(context, store, warehouse)
-    return _result([v for t in changes for v in destructive_on_pinned(t, memories)], "destructive ops on pinned rows")
+    return _result(
+        [v for t in changes for v in destructive_on_pinned(t, memories)], "destructive ops on pinned rows"
+    )
 
 
-@dg.asset_check(asset=change_set, blocking=True, partitions_def=as_of_partitions,
-                description="No change, link or reference crosses a namespace.")
+@dg.asset_check(
+    asset=change_set,
+    blocking=True,
+    partitions_def=as_of_partitions,
+    description="No change, link or reference crosses a namespace.",
+)
 def nothing_across_namespaces(
     context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
 ) -> dg.AssetCheckResult:
@@ -105,8 +126,12 @@ def nothing_across_namespaces(
     return _result([v for t in changes for v in crosses_namespace(t, memories)], "cross-namespace references")
 
 
-@dg.asset_check(asset=change_set, blocking=True, partitions_def=as_of_partitions,
-                description="Each row is written at most once per change set.")
+@dg.asset_check(
+    asset=change_set,
+    blocking=True,
+    partitions_def=as_of_partitions,
+    description="Each row is written at most once per change set.",
+)
 def one_write_per_row(
     context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
 ) -> dg.AssetCheckResult:
@@ -145,7 +170,9 @@ def applied_changes(
             if klass == "gated":
                 record, _ = load_change_set(live, change_set_id)
                 if not config.review.auto_approve_gated or record.status != "proposed":
-                    context.log.info(f"gated change set {change_set_id} waits for review ({record.total} changes)")
+                    context.log.info(
+                        f"gated change set {change_set_id} waits for review ({record.total} changes)"
+                    )
                     continue
                 approve_change_set(live, change_set_id, actor="config:review.auto_approve_gated")
             result = apply_change_set(
@@ -172,8 +199,12 @@ def applied_changes(
     )
 
 
-@dg.asset_check(asset=applied_changes, blocking=True, partitions_def=as_of_partitions,
-                description="applied + skipped_concurrent_edit + ineligible = total, from the ledger.")
+@dg.asset_check(
+    asset=applied_changes,
+    blocking=True,
+    partitions_def=as_of_partitions,
+    description="applied + skipped_concurrent_edit + ineligible = total, from the ledger.",
+)
 def apply_accounting_closes(
     context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
 ) -> dg.AssetCheckResult:
@@ -185,7 +216,10 @@ def apply_accounting_closes(
     for change_id in table.column("change_id").to_pylist():
         outcome = ledger.get(change_id, ("missing", None))[0]
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    closed = sum(outcomes.get(k, 0) for k in ("applied", "skipped_concurrent_edit", "ineligible")) == table.num_rows
+    closed = (
+        sum(outcomes.get(k, 0) for k in ("applied", "skipped_concurrent_edit", "ineligible"))
+        == table.num_rows
+    )
     return dg.AssetCheckResult(
         passed=closed,
         metadata={"total": table.num_rows, **{k: v for k, v in outcomes.items()}},

@@ -43,7 +43,9 @@ def memory_snapshot(
     context.log.info(
         f"snapshot {as_of}: {result.memories} memories, {result.quarantined} quarantined, {result.links} links"
     )
-    memories = warehouse.get().read_table("memories", as_of, columns=["id", "namespace", "tier", "kind", "zone"])
+    memories = warehouse.get().read_table(
+        "memories", as_of, columns=["id", "namespace", "tier", "kind", "zone"]
+    )
     return dg.MaterializeResult(
         metadata={
             **standard(records.memory_schema(config.snapshot.embedding_dim), result.memories),

@@ -61,7 +61,9 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML config file.")(fn)
+    fn = click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML config file.")(
+        fn
+    )
     fn = click.option("--warehouse", help="Warehouse root (default data/warehouse, or ENGRAM_WAREHOUSE).")(fn)
     fn = click.option("--store", "store_arg", help="Store URL (default sqlite:///data/engram.db).")(fn)
     return fn
@@ -185,7 +187,9 @@ def import_(
 @common_options
 @json_option
 @friendly_errors
-def export(out: Path | None, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+def export(
+    out: Path | None, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+) -> None:
     """Export every memory as JSON Lines in the import format (the store round-trips)."""
     from engram_pipelines.exporting import export_jsonl
 
@@ -232,11 +236,17 @@ def demo(
     url = store_url(store_arg)
     if reset:
         reset_store(url, warehouse_path(warehouse))
+    # Keep the demo's run history beside its warehouse so `make ui` shows it.
+    home = warehouse_path(warehouse).resolve().parent / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("DAGSTER_HOME", str(home))
     with opened(store_arg, migrate=True) as store:
         loaded = load_demo(store, size=size, seed=seed, as_of=day)
     if not as_json:
         if loaded:
-            console.print(f"[green]demo corpus[/] {loaded['memories']} memories, {loaded['links']} links loaded")
+            console.print(
+                f"[green]demo corpus[/] {loaded['memories']} memories, {loaded['links']} links loaded"
+            )
         else:
             console.print("store already holds memories: demo corpus not loaded again (use --reset)")
     summary = run_job("nightly", day, store_arg, warehouse, config_path)
@@ -252,7 +262,14 @@ def demo(
 @common_options
 @json_option
 @friendly_errors
-def run(as_of: str | None, job: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+def run(
+    as_of: str | None,
+    job: str,
+    store_arg: str | None,
+    warehouse: str | None,
+    config_path: str | None,
+    as_json: bool,
+) -> None:
     """Run a job in-process for one as-of date and print its summary.
 
     \b
@@ -272,7 +289,9 @@ def run(as_of: str | None, job: str, store_arg: str | None, warehouse: str | Non
 @common_options
 @json_option
 @friendly_errors
-def consolidate(as_of: str | None, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+def consolidate(
+    as_of: str | None, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+) -> None:
     """Propose the review-gated change set (merges, compression, supersede) and print its review report.
 
     Nothing is merged before `approve` and `apply`.
@@ -285,12 +304,20 @@ def consolidate(as_of: str | None, store_arg: str | None, warehouse: str | None,
         sys.exit(1)
 
 
-def run_job(job: str, as_of: dt.date, store_arg: str | None, warehouse: str | None, config_path: str | None) -> dict[str, Any]:
+def run_job(
+    job: str, as_of: dt.date, store_arg: str | None, warehouse: str | None, config_path: str | None
+) -> dict[str, Any]:
     from engram_pipelines.jobrunner import execute_job
 
     with opened(store_arg):  # a store behind the schema fails here, naming `init`
         pass
-    return execute_job(job, as_of, store=store_url(store_arg), warehouse=str(warehouse_path(warehouse)), config_path=config_path)
+    return execute_job(
+        job,
+        as_of,
+        store=store_url(store_arg),
+        warehouse=str(warehouse_path(warehouse)),
+        config_path=config_path,
+    )
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -321,7 +348,9 @@ def changes() -> None:
 @common_options
 @json_option
 @friendly_errors
-def changes_list(store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+def changes_list(
+    store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+) -> None:
     """Every change set with its status and counts."""
     with opened(store_arg) as store:
         records = store.list_change_sets()
@@ -342,9 +371,15 @@ def changes_list(store_arg: str | None, warehouse: str | None, config_path: str 
     if not as_json:
         table = Table("change set", "status", "class", "as of", "changes", "by op")
         for r in rows:
-            colour = {"applied": "green", "proposed": "yellow", "approved": "cyan", "reverted": "magenta"}[r["status"]]
+            colour = {"applied": "green", "proposed": "yellow", "approved": "cyan", "reverted": "magenta"}[
+                r["status"]
+            ]
             table.add_row(
-                r["change_set_id"], f"[{colour}]{r['status']}[/]", r["review_class"], r["as_of"], str(r["total"]),
+                r["change_set_id"],
+                f"[{colour}]{r['status']}[/]",
+                r["review_class"],
+                r["as_of"],
+                str(r["total"]),
                 ", ".join(f"{k} {v}" for k, v in r["by_op"].items()),
             )
         console.print(table)
@@ -352,8 +387,18 @@ def changes_list(store_arg: str | None, warehouse: str | None, config_path: str 
 
 @changes.command(name="show")
 @click.argument("change_set_id")
-@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown review report.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write a self-contained HTML review page.")
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a Markdown review report.",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a self-contained HTML review page.",
+)
 @click.option("--limit", default=50, show_default=True, help="Rows shown in the table.")
 @common_options
 @json_option
@@ -400,7 +445,9 @@ def changes_show(
     )
     table_out = Table("target", "namespace", "ops", "outcome", "reason")
     for row in rows[:limit]:
-        table_out.add_row(row["target_id"], row["namespace"], "+".join(row["ops"]), row["outcome"], row["reason"][:80])
+        table_out.add_row(
+            row["target_id"], row["namespace"], "+".join(row["ops"]), row["outcome"], row["reason"][:80]
+        )
     console.print(table_out)
     if len(rows) > limit:
         console.print(f"... {len(rows) - limit} more (--limit, --json)")
@@ -423,7 +470,14 @@ def _referenced_ids(table: Any) -> list[str]:
 @common_options
 @json_option
 @friendly_errors
-def approve(change_set_id: str, actor: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+def approve(
+    change_set_id: str,
+    actor: str,
+    store_arg: str | None,
+    warehouse: str | None,
+    config_path: str | None,
+    as_json: bool,
+) -> None:
     """Approve a review-gated change set so that `apply` may write it."""
     from engram_pipelines.changes.revert import approve_change_set
 
@@ -431,7 +485,9 @@ def approve(change_set_id: str, actor: str, store_arg: str | None, warehouse: st
         approve_change_set(store, change_set_id, actor=actor)
     emit({"change_set_id": change_set_id, "status": "approved", "by": actor}, as_json)
     if not as_json:
-        console.print(f"[cyan]approved[/] {change_set_id}; apply it with `engram-pipelines apply {change_set_id}`")
+        console.print(
+            f"[cyan]approved[/] {change_set_id}; apply it with `engram-pipelines apply {change_set_id}`"
+        )
 
 
 @main.command(name="apply")
@@ -439,7 +495,9 @@ def approve(change_set_id: str, actor: str, store_arg: str | None, warehouse: st
 @common_options
 @json_option
 @friendly_errors
-def apply_(change_set_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+def apply_(
+    change_set_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+) -> None:
     """Apply a change set (CAS-guarded, audited; re-running is a no-op; a crashed run resumes)."""
     from engram_pipelines.changes.apply import apply_change_set
     from engram_pipelines.progress import BarProgress
@@ -447,7 +505,10 @@ def apply_(change_set_id: str, store_arg: str | None, warehouse: str | None, con
     config = load_config(config_path)
     with opened(store_arg) as store:
         result = apply_change_set(
-            store, change_set_id, actor=os.environ.get("USER", "cli"), batch_size=config.apply.batch_size,
+            store,
+            change_set_id,
+            actor=os.environ.get("USER", "cli"),
+            batch_size=config.apply.batch_size,
             progress=BarProgress(),
         )
     emit(result.as_dict(), as_json)
@@ -464,7 +525,9 @@ def apply_(change_set_id: str, store_arg: str | None, warehouse: str | None, con
 @common_options
 @json_option
 @friendly_errors
-def revert(change_set_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+def revert(
+    change_set_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+) -> None:
     """Undo an applied change set from its audit pre-images; rows edited since are skipped and listed."""
     from engram_pipelines.changes.revert import revert_change_set
 
@@ -474,8 +537,10 @@ def revert(change_set_id: str, store_arg: str | None, warehouse: str | None, con
     if not as_json:
         console.print(f"[magenta]reverted[/] {result.reverted} changes of {change_set_id}")
         if result.skipped_edited_since:
-            console.print(f"[yellow]skipped {len(result.skipped_edited_since)} rows edited since:[/] "
-                          + ", ".join(result.skipped_edited_since[:20]))
+            console.print(
+                f"[yellow]skipped {len(result.skipped_edited_since)} rows edited since:[/] "
+                + ", ".join(result.skipped_edited_since[:20])
+            )
 
 
 @main.command()
@@ -483,7 +548,9 @@ def revert(change_set_id: str, store_arg: str | None, warehouse: str | None, con
 @common_options
 @json_option
 @friendly_errors
-def restore(memory_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+def restore(
+    memory_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+) -> None:
     """Bring a purged memory back under its original id from its audit pre-image."""
     from engram_pipelines.changes.revert import restore_memory
 
@@ -499,7 +566,9 @@ def restore(memory_id: str, store_arg: str | None, warehouse: str | None, config
 @common_options
 @json_option
 @friendly_errors
-def explain(memory_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool) -> None:
+def explain(
+    memory_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+) -> None:
     """Why a memory is in the state it is: its row, every change and audit row that touched it."""
     from engram_pipelines.explain import explain_memory, render_explanation
 

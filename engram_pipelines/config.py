@@ -295,12 +295,23 @@ class Config(_Section):
         data["namespaces"] = {}
         return _validated(data)
 
+    def namespace_groups(self, namespaces: list[str], section: str) -> list[tuple[Config, list[str]]]:
+        """Namespaces grouped by their effective settings of `section`, so each group is computed in one pass."""
+        groups: dict[str, tuple[Config, list[str]]] = {}
+        for namespace in sorted(namespaces):
+            effective = self.for_namespace(namespace)
+            key = getattr(effective, section).model_dump_json()
+            groups.setdefault(key, (effective, []))[1].append(namespace)
+        return list(groups.values())
+
     def fingerprint(self) -> str:
         """A stable digest of the settings, stored with each change set."""
         import hashlib
         import json
 
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[
+            :16
+        ]
 
 
 # Seed environment variables (and a few of ours) -> (section path, type). Days/seconds converted below.
@@ -360,7 +371,9 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
     if chosen is not None:
         file = Path(chosen)
         if not file.exists():
-            raise ConfigError(f"config file {file} does not exist (set --config or ENGRAM_CONFIG to a YAML file)")
+            raise ConfigError(
+                f"config file {file} does not exist (set --config or ENGRAM_CONFIG to a YAML file)"
+            )
         loaded = yaml.safe_load(file.read_text()) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {file} must hold a mapping of sections")

@@ -36,11 +36,25 @@ def explain_memory(store: Store, memory_id: str) -> dict[str, Any]:
 
 
 def _state(row: dict[str, Any]) -> dict[str, Any]:
-    keys = ("namespace", "tier", "kind", "zone", "superseded_by", "stale", "pinned", "score", "version",
-            "access_count", "importance", "content")
+    keys = (
+        "namespace",
+        "tier",
+        "kind",
+        "zone",
+        "superseded_by",
+        "stale",
+        "pinned",
+        "score",
+        "version",
+        "access_count",
+        "importance",
+        "content",
+    )
     state = {k: row[k] for k in keys}
     state["last_accessed_at"] = format_timestamp(row["last_accessed_at"])
-    state["markers"] = {k: v for k, v in row["metadata"].items() if k not in ("conversation_id", "project_id")}
+    state["markers"] = {
+        k: v for k, v in row["metadata"].items() if k not in ("conversation_id", "project_id")
+    }
     return state
 
 

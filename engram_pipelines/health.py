@@ -38,7 +38,9 @@ def _select(contradicted: str) -> str:
 
 def snapshot_counts(memories: pa.Table) -> dict[str, dict[str, float]]:
     con = duckdb.connect()
-    con.register("memories", memories.drop_columns(["embedding"]) if "embedding" in memories.column_names else memories)
+    con.register(
+        "memories", memories.drop_columns(["embedding"]) if "embedding" in memories.column_names else memories
+    )
     rows = con.execute(_select("json_exists(metadata, '$.contradictionWith')")).fetchall()
     return _by_namespace(rows)
 
@@ -94,14 +96,21 @@ class HealthReport:
                 f"`engram-pipelines changes show {gated.get('change_set_id')}`, then approve or leave them."
             )
         if after.get("contradicted", 0):
-            advice.append(f"{int(after['contradicted'])} memories carry a contradiction flag: reconcile the pairs.")
+            advice.append(
+                f"{int(after['contradicted'])} memories carry a contradiction flag: reconcile the pairs."
+            )
         if not advice:
             advice.append("Nothing needs attention.")
         return advice
 
     def markdown(self) -> str:
         lines = [f"# Memory health report, as of {self.as_of.isoformat()}", ""]
-        lines += ["## Statistics (all namespaces)", "", "| Metric | Before | After | Change |", "|---|---|---|---|"]
+        lines += [
+            "## Statistics (all namespaces)",
+            "",
+            "| Metric | Before | After | Change |",
+            "|---|---|---|---|",
+        ]
         before, after = self.totals("before"), self.totals("after")
         for key in _METRICS:
             b, a = before.get(key, 0.0), after.get(key, 0.0)
@@ -117,7 +126,9 @@ class HealthReport:
         lines += ["", "## Changes", ""]
         for klass, info in self.changes.items():
             by_op = ", ".join(f"{op} {n}" for op, n in info.get("by_op", {}).items()) or "none"
-            lines.append(f"- **{klass}** `{info.get('change_set_id')}`: {info.get('total', 0)} changes ({by_op})")
+            lines.append(
+                f"- **{klass}** `{info.get('change_set_id')}`: {info.get('total', 0)} changes ({by_op})"
+            )
         for klass, info in self.applied.items():
             lines.append(
                 f"- applied {klass}: {info['applied']} applied, {info['skipped_concurrent_edit']} skipped "

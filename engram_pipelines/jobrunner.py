@@ -52,7 +52,9 @@ def code_location_module(workspace: Path = Path("workspace.yaml")) -> str:
     return DEFAULT_CODE_LOCATION
 
 
-def execute_job(job: str, as_of: dt.date, *, store: str, warehouse: str, config_path: str | None) -> dict[str, Any]:
+def execute_job(
+    job: str, as_of: dt.date, *, store: str, warehouse: str, config_path: str | None
+) -> dict[str, Any]:
     import dagster as dg
 
     location = importlib.import_module(code_location_module())
@@ -60,7 +62,9 @@ def execute_job(job: str, as_of: dt.date, *, store: str, warehouse: str, config_
     job_def = defs.resolve_job_def(job)
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     started = time.perf_counter()
-    result = job_def.execute_in_process(partition_key=as_of.isoformat(), instance=instance, raise_on_error=False)
+    result = job_def.execute_in_process(
+        partition_key=as_of.isoformat(), instance=instance, raise_on_error=False
+    )
     summary: dict[str, Any] = {
         "job": job,
         "as_of": as_of.isoformat(),
@@ -83,7 +87,9 @@ def execute_job(job: str, as_of: dt.date, *, store: str, warehouse: str, config_
             summary["checks"][evaluation.check_name] = bool(evaluation.passed)
         elif event.event_type_value == "STEP_FAILURE" and "error" not in summary:
             error = event.event_specific_data.error
-            summary["error"] = f"step {event.step_key} failed: {error.message.strip() if error else 'unknown error'}"
+            summary["error"] = (
+                f"step {event.step_key} failed: {error.message.strip() if error else 'unknown error'}"
+            )
     return summary
 
 

@@ -50,7 +50,9 @@ def _scores(row: dict[str, Any]) -> str:
     for item in json.loads(row["evidence"]):
         for key in ("score", "cosine", "decay_score"):
             if key in item:
-                scores.append(f"{key} {item[key]:.3f}" if isinstance(item[key], float) else f"{key} {item[key]}")
+                scores.append(
+                    f"{key} {item[key]:.3f}" if isinstance(item[key], float) else f"{key} {item[key]}"
+                )
     return ", ".join(scores)
 
 
@@ -157,7 +159,9 @@ def review_html(
         for row in members:
             patch = json.loads(row["patch"])
             if row["target_id"] == canonical and "tags" in patch:
-                parts.append("tag union: " + "".join(f"<span class='tag'>{e(t)}</span>" for t in patch["tags"]))
+                parts.append(
+                    "tag union: " + "".join(f"<span class='tag'>{e(t)}</span>" for t in patch["tags"])
+                )
         parts.append("</div><div>")
         for row in members:
             if row["target_id"] == canonical:
@@ -183,8 +187,10 @@ def review_html(
                 )
     others = [r for r in rest if r not in contradictions]
     if others:
-        parts.append(f"<h2>Other changes ({len(others)})</h2><table><tr><th>target</th><th>namespace</th>"
-                     "<th>ops</th><th>reason</th><th>outcome</th></tr>")
+        parts.append(
+            f"<h2>Other changes ({len(others)})</h2><table><tr><th>target</th><th>namespace</th>"
+            "<th>ops</th><th>reason</th><th>outcome</th></tr>"
+        )
         for row in others:
             parts.append(
                 f"<tr data-ns='{e(row['namespace'])}' data-ops='{e(' '.join(row['ops']))}'>"

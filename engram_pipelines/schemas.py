@@ -112,7 +112,9 @@ def _embedding_problems(batch: pa_arrow.RecordBatch) -> dict[int, str]:
         out[int(position)] = (
             f"embedding: missing or not of the snapshot dimension {dim} (model {model[int(position)].as_py()!r})"
         )
-    values = embedding.values.slice(embedding.offset * dim, len(embedding) * dim).to_numpy(zero_copy_only=False)
+    values = embedding.values.slice(embedding.offset * dim, len(embedding) * dim).to_numpy(
+        zero_copy_only=False
+    )
     finite = np.isfinite(values.reshape(len(embedding), dim)).all(axis=1)
     for position in np.flatnonzero(present & ~finite):
         out[int(position)] = "embedding: contains NaN or infinity"

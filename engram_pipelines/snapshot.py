@@ -22,7 +22,9 @@ QUARANTINE_SAMPLE = 20
 
 
 def quarantine_schema(embedding_dim: int) -> pa.Schema:
-    return records.memory_schema(embedding_dim).append(pa.field("quarantine_reason", pa.string(), nullable=False))
+    return records.memory_schema(embedding_dim).append(
+        pa.field("quarantine_reason", pa.string(), nullable=False)
+    )
 
 
 @dataclass
@@ -94,7 +96,9 @@ def take_snapshot(
 def _split(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.RecordBatch]:
     problems = memory_row_problems(batch)
     if not problems:
-        empty = pa.RecordBatch.from_pylist([], schema=quarantine_schema(batch.schema.field("embedding").type.list_size))
+        empty = pa.RecordBatch.from_pylist(
+            [], schema=quarantine_schema(batch.schema.field("embedding").type.list_size)
+        )
         return batch, empty
     bad_rows = np.array(sorted(problems), dtype=np.int64)
     keep = np.ones(batch.num_rows, dtype=bool)
@@ -112,7 +116,9 @@ def _sample(result: SnapshotResult, invalid: pa.RecordBatch) -> None:
     if room <= 0:
         return
     for row_id, reason in zip(
-        invalid.column("id").to_pylist()[:room], invalid.column("quarantine_reason").to_pylist()[:room], strict=True
+        invalid.column("id").to_pylist()[:room],
+        invalid.column("quarantine_reason").to_pylist()[:room],
+        strict=True,
     ):
         result.quarantine_samples.append({"id": str(row_id), "reason": reason})
 
@@ -120,6 +126,12 @@ def _sample(result: SnapshotResult, invalid: pa.RecordBatch) -> None:
 def _count_namespaces(counts: dict[str, int], batch: pa.RecordBatch) -> None:
     if batch.num_rows == 0:
         return
-    table = pa.table({"namespace": batch.column("namespace")}).group_by("namespace").aggregate([([], "count_all")])
-    for namespace, n in zip(table.column("namespace").to_pylist(), table.column("count_all").to_pylist(), strict=True):
+    table = (
+        pa.table({"namespace": batch.column("namespace")})
+        .group_by("namespace")
+        .aggregate([([], "count_all")])
+    )
+    for namespace, n in zip(
+        table.column("namespace").to_pylist(), table.column("count_all").to_pylist(), strict=True
+    ):
         counts[namespace] = counts.get(namespace, 0) + n

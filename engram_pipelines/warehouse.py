@@ -95,7 +95,11 @@ class Warehouse:
 
     def read_proposals(self, as_of: dt.date, sources: list[str]) -> list[pa.Table]:
         directory = self.partition_dir("proposals", as_of)
-        return [pq.read_table(directory / f"{s}.parquet") for s in sources if (directory / f"{s}.parquet").exists()]
+        return [
+            pq.read_table(directory / f"{s}.parquet")
+            for s in sources
+            if (directory / f"{s}.parquet").exists()
+        ]
 
     def write_run_pointer(self, as_of: dt.date, job: str, value: dict[str, str]) -> None:
         """Which change sets a job produced for a partition (read by the apply step)."""
@@ -106,7 +110,9 @@ class Warehouse:
     def read_run_pointer(self, as_of: dt.date, job: str) -> dict[str, str]:
         path = self.partition_dir("runs", as_of) / f"{job}.json"
         if not path.exists():
-            raise FileNotFoundError(f"no change set was proposed by {job} for {as_of} (run the change_set step first)")
+            raise FileNotFoundError(
+                f"no change set was proposed by {job} for {as_of} (run the change_set step first)"
+            )
         return json.loads(path.read_text())
 
     def read_table(self, table: str, as_of: dt.date, columns: list[str] | None = None) -> pa.Table:

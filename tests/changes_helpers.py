@@ -28,7 +28,12 @@ def intent(target: str, op: str, klass: str = "auto", source: str = "test", **pa
 
 def propose(store: Store, warehouse: Warehouse, intents: list[dict[str, Any]], klass: str = "auto") -> str:
     take_snapshot(store, warehouse, AS_OF)
-    sets = compose(intents_table(intents), warehouse.read_table("memories", AS_OF), as_of=AS_OF,
-                   at=end_of_day(AS_OF), job="test")
+    sets = compose(
+        intents_table(intents),
+        warehouse.read_table("memories", AS_OF),
+        as_of=AS_OF,
+        at=end_of_day(AS_OF),
+        job="test",
+    )
     record = store_change_set(store, warehouse, sets[klass], created_at=T0, config_fingerprint="test")
     return record.change_set_id

@@ -157,7 +157,8 @@ def _final_state(store: Store) -> tuple[list[tuple], list[tuple]]:
     ids = [f"m{i}" for i in range(N_ROWS)]
     rows = store.read_memories(ids)
     memories = sorted(
-        (r["id"], r["version"], tuple(r["tags"]), json.dumps(r["metadata"], sort_keys=True)) for r in rows.values()
+        (r["id"], r["version"], tuple(r["tags"]), json.dumps(r["metadata"], sort_keys=True))
+        for r in rows.values()
     )
     audit = sorted(
         (a["change_id"], a["target_id"], a["op"], json.dumps(a["after"], sort_keys=True))

@@ -9,9 +9,18 @@ import pytest
 
 from engram_pipelines.changes.apply import ReviewRequired, apply_change_set
 from engram_pipelines.changes.compose import compose, intents_table
-from engram_pipelines.changes.invariants import crosses_namespace, destructive_on_pinned, several_writes_per_row
+from engram_pipelines.changes.invariants import (
+    crosses_namespace,
+    destructive_on_pinned,
+    several_writes_per_row,
+)
 from engram_pipelines.changes.registry import load_change_set
-from engram_pipelines.changes.revert import RestoreError, approve_change_set, restore_memory, revert_change_set
+from engram_pipelines.changes.revert import (
+    RestoreError,
+    approve_change_set,
+    restore_memory,
+    revert_change_set,
+)
 from engram_pipelines.explain import explain_memory
 from engram_pipelines.snapshot import take_snapshot
 from engram_pipelines.timestamps import end_of_day
@@ -21,12 +30,16 @@ from tests.conftest import AS_OF, memory
 
 def test_ops_on_one_row_compose_into_one_write(store, warehouse):
     store.insert_memories([memory(1), memory(2)])
-    cs = propose(store, warehouse, [
-        intent("m1", "mark_stale", score=0.2),
-        intent("m1", "move_zone", **{"from": "active", "to": "archived"}),
-        intent("m1", "supersede", by="m2"),
-        intent("m1", "union_tags", tags=["x"]),
-    ])
+    cs = propose(
+        store,
+        warehouse,
+        [
+            intent("m1", "mark_stale", score=0.2),
+            intent("m1", "move_zone", **{"from": "active", "to": "archived"}),
+            intent("m1", "supersede", by="m2"),
+            intent("m1", "union_tags", tags=["x"]),
+        ],
+    )
     _, table = load_change_set(store, cs)
     assert table.num_rows == 1
     change = table.to_pylist()[0]
@@ -36,7 +49,12 @@ def test_ops_on_one_row_compose_into_one_write(store, warehouse):
     assert (result.applied, result.total) == (1, 1)
     row = store.get("m1")
     assert (row["zone"], row["superseded_by"], row["stale"], row["tags"], row["version"]) == (
-        "archived", "m2", True, ["x"], 2)
+        "archived",
+        "m2",
+        True,
+        ["x"],
+        2,
+    )
     assert row["metadata"]["supersededReason"] == "supersede by test"
 
 
@@ -57,7 +75,9 @@ def test_precedence_purge_wins_and_the_most_advanced_zone_wins(store, warehouse)
 
 def test_decay_never_clears_a_supersede_marker(store, warehouse):
     store.insert_memories([memory(1), memory(2, superseded_by="m1")])
-    cs = propose(store, warehouse, [intent("m2", "mark_stale", score=0.1), intent("m2", "clear_stale", score=0.5)])
+    cs = propose(
+        store, warehouse, [intent("m2", "mark_stale", score=0.1), intent("m2", "clear_stale", score=0.5)]
+    )
     apply_change_set(store, cs)
     assert store.get("m2")["superseded_by"] == "m1"
 
@@ -74,7 +94,9 @@ def test_same_snapshot_and_config_give_byte_identical_change_sets(store, warehou
     intents = intents_table([intent(f"m{i}", "mark_stale", score=0.1 * i) for i in range(5)])
     memories = warehouse.read_table("memories", AS_OF)
     one = compose(intents, memories, as_of=AS_OF, at=end_of_day(AS_OF), job="nightly")["auto"]
-    two = compose(intents.take([4, 3, 2, 1, 0]), memories, as_of=AS_OF, at=end_of_day(AS_OF), job="nightly")["auto"]
+    two = compose(intents.take([4, 3, 2, 1, 0]), memories, as_of=AS_OF, at=end_of_day(AS_OF), job="nightly")[
+        "auto"
+    ]
     pq.write_table(one, tmp_path / "a.parquet")
     pq.write_table(two, tmp_path / "b.parquet")
     assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
@@ -140,7 +162,9 @@ def test_content_edited_since_the_evidence_is_not_merged(store, warehouse):
 
 def test_revert_restores_pre_images_and_skips_rows_edited_since(store, warehouse):
     store.insert_memories([memory(1), memory(2), memory(3)])
-    cs = propose(store, warehouse, [intent("m1", "supersede", by="m3"), intent("m2", "union_tags", tags=["t"])])
+    cs = propose(
+        store, warehouse, [intent("m1", "supersede", by="m3"), intent("m2", "union_tags", tags=["t"])]
+    )
     apply_change_set(store, cs)
     store.update_memory("m2", 2, content="edited after the apply")
     result = revert_change_set(store, cs)
@@ -168,13 +192,22 @@ def test_purge_then_restore_under_the_original_id_once(store, warehouse):
 
 def test_inserts_and_links_are_applied_once_and_reverted(store, warehouse):
     store.insert_memories([memory(1)])
-    row = {"id": "s1", "namespace": "ns1", "kind": "semantic", "content": "a fact", "created_at": dt.datetime(
-        2026, 11, 29, tzinfo=dt.UTC)}
+    row = {
+        "id": "s1",
+        "namespace": "ns1",
+        "kind": "semantic",
+        "content": "a fact",
+        "created_at": dt.datetime(2026, 11, 29, tzinfo=dt.UTC),
+    }
     link = {"namespace": "ns1", "src_id": "s1", "dst_id": "m1", "kind": "derived-from", "weight": 1.0}
-    cs = propose(store, warehouse, [
-        intent("s1", "insert_memory", row=row),
-        {**intent("s1|m1|derived-from", "upsert_link", **link), "target_kind": "link"},
-    ])
+    cs = propose(
+        store,
+        warehouse,
+        [
+            intent("s1", "insert_memory", row=row),
+            {**intent("s1|m1|derived-from", "upsert_link", **link), "target_kind": "link"},
+        ],
+    )
     result = apply_change_set(store, cs)
     assert result.applied == 2 and store.get("s1")["kind"] == "semantic"
     assert store.query("SELECT count(*) FROM memory_links")[0][0] == 1
@@ -187,7 +220,11 @@ def test_invariant_checks_catch_violations(store, warehouse):
     take_snapshot(store, warehouse, AS_OF)
     memories = warehouse.read_table("memories", AS_OF)
     sets = compose(
-        intents_table([intent("m1", "supersede", by="m2")]), memories, as_of=AS_OF, at=end_of_day(AS_OF), job="t"
+        intents_table([intent("m1", "supersede", by="m2")]),
+        memories,
+        as_of=AS_OF,
+        at=end_of_day(AS_OF),
+        job="t",
     )
     table = sets["auto"]
     assert [v["target_id"] for v in destructive_on_pinned(table, memories)] == ["m1"]
@@ -205,6 +242,7 @@ def test_explain_tells_the_lifecycle(store, warehouse):
     story = explain_memory(store, "m1")
     assert story["state"]["superseded_by"] == "m2"
     assert story["changes"][0]["outcome"] == "applied" and story["changes"][0]["snapshot_partition"].endswith(
-        AS_OF.isoformat())
+        AS_OF.isoformat()
+    )
     assert [a["op"] for a in story["audit"]] == ["supersede"]
     assert explain_memory(store, "m2")["changes"][0]["role"] == "referenced"

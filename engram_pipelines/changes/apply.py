@@ -208,7 +208,9 @@ class _Context:
         )
 
     def links(self, chunk: list[dict[str, Any]]) -> None:
-        writes = [LinkWrite(change["change_id"], change["op"], json.loads(change["patch"])) for change in chunk]
+        writes = [
+            LinkWrite(change["change_id"], change["op"], json.loads(change["patch"])) for change in chunk
+        ]
         self.store.write_links(writes, actor=self.actor, change_set_id=self.change_set_id)
 
 
@@ -232,7 +234,9 @@ def _first_attempt(change: dict[str, Any]) -> MemoryWrite:
         expected_version=int(change["expected_version"]),
         op=_op_name(change),
         patch=change["patch"],
-        guard=Guard(change["guard_access_count"], change["guard_last_accessed_at"], bool(change["guard_pinned"])),
+        guard=Guard(
+            change["guard_access_count"], change["guard_last_accessed_at"], bool(change["guard_pinned"])
+        ),
     )
 
 

@@ -20,7 +20,6 @@ from engram_pipelines import records
 from engram_pipelines.changes.intents import (
     ALL_OPS,
     INSERT,
-    LINK_OPS,
     PURGE,
     Intent,
     content_sha,

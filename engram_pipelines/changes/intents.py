@@ -84,7 +84,8 @@ def check_eligible(intents: list[Intent], row: dict[str, Any] | None, guard: dic
     if ops & HIDING_OPS and (row["pinned"] or row["kind"] == "block"):
         raise Ineligible("row is pinned or a block now")
     if ops & ACCESS_SENSITIVE_OPS and (
-        row["access_count"] != guard.get("access_count") or row["last_accessed_at"] != guard.get("last_accessed_at")
+        row["access_count"] != guard.get("access_count")
+        or row["last_accessed_at"] != guard.get("last_accessed_at")
     ):
         raise Ineligible("accessed since the snapshot: the decay evidence is stale")
     if ops & CONTENT_SENSITIVE_OPS and guard.get("content_sha") not in (None, content_sha(row["content"])):

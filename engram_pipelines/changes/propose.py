@@ -24,11 +24,16 @@ def propose_change_sets(
 ) -> dict[str, tuple[ChangeSetRecord, pa.Table]]:
     """review class -> (registered record, change table) for the proposals of `sources`."""
     tables = warehouse.read_proposals(as_of, sources)
-    intents = pa.concat_tables([t.cast(INTENT_SCHEMA) for t in tables]) if tables else INTENT_SCHEMA.empty_table()
+    intents = (
+        pa.concat_tables([t.cast(INTENT_SCHEMA) for t in tables]) if tables else INTENT_SCHEMA.empty_table()
+    )
     memories = warehouse.read_table("memories", as_of)
     sets = compose(intents, memories, as_of=as_of, at=end_of_day(as_of), job=job)
     now = utc_now()
     return {
-        klass: (store_change_set(store, warehouse, table, created_at=now, config_fingerprint=config_fingerprint), table)
+        klass: (
+            store_change_set(store, warehouse, table, created_at=now, config_fingerprint=config_fingerprint),
+            table,
+        )
         for klass, table in sets.items()
     }

@@ -33,7 +33,9 @@ class RevertResult:
 def approve_change_set(store: Store, change_set_id: str, *, actor: str) -> None:
     record, _ = load_change_set(store, change_set_id)
     if record.status != "proposed":
-        raise ValueError(f"change set {change_set_id} is {record.status}; only a proposed set can be approved")
+        raise ValueError(
+            f"change set {change_set_id} is {record.status}; only a proposed set can be approved"
+        )
     store.update_change_set(change_set_id, status="approved", approved_at=utc_now(), approved_by=actor)
 
 
@@ -41,7 +43,9 @@ def revert_change_set(store: Store, change_set_id: str, *, actor: str = "engram-
     """Put every row the set changed back to its pre-image, unless the row was edited since (then skip)."""
     record, _ = load_change_set(store, change_set_id)
     if record.status != "applied":
-        raise ValueError(f"change set {change_set_id} is {record.status}; only an applied set can be reverted")
+        raise ValueError(
+            f"change set {change_set_id} is {record.status}; only an applied set can be reverted"
+        )
     result = RevertResult(change_set_id)
     revert_set = f"{change_set_id}:revert"
     audit = [a for a in store.audit_rows(change_set_id=change_set_id) if a["change_id"]]
@@ -62,7 +66,9 @@ def revert_change_set(store: Store, change_set_id: str, *, actor: str = "engram-
     return result
 
 
-def _revert_update(store: Store, entry: dict[str, Any], actor: str, revert_set: str, result: RevertResult) -> None:
+def _revert_update(
+    store: Store, entry: dict[str, Any], actor: str, revert_set: str, result: RevertResult
+) -> None:
     before = entry["before"]
     patch = {c: before[c] for c in WRITABLE_COLUMNS}
     patch["stale"] = bool(patch["stale"])
@@ -78,11 +84,14 @@ def _revert_update(store: Store, entry: dict[str, Any], actor: str, revert_set: 
     else:
         result.skipped_edited_since.append(entry["target_id"])
         store.record_outcomes(
-            revert_set, [Outcome(write.change_id, write.target_id, "revert_skipped", "edited since the apply")]
+            revert_set,
+            [Outcome(write.change_id, write.target_id, "revert_skipped", "edited since the apply")],
         )
 
 
-def _revert_insert(store: Store, entry: dict[str, Any], actor: str, revert_set: str, result: RevertResult) -> None:
+def _revert_insert(
+    store: Store, entry: dict[str, Any], actor: str, revert_set: str, result: RevertResult
+) -> None:
     write = MemoryWrite(f"revert:{entry['change_id']}", entry["target_id"], 1, "revert-insert")
     if store.cas_write_memories([write], actor=actor, change_set_id=revert_set, delete=True):
         result.reverted += 1
@@ -93,9 +102,13 @@ def _revert_insert(store: Store, entry: dict[str, Any], actor: str, revert_set: 
 def _revert_link(store: Store, entry: dict[str, Any], actor: str, revert_set: str) -> None:
     change_id = f"revert:{entry['change_id']}"
     if entry["before"] is None:
-        store.write_links([LinkWrite(change_id, "link_delete", entry["after"])], actor=actor, change_set_id=revert_set)
+        store.write_links(
+            [LinkWrite(change_id, "link_delete", entry["after"])], actor=actor, change_set_id=revert_set
+        )
     else:
-        store.write_links([LinkWrite(change_id, "link_upsert", entry["before"])], actor=actor, change_set_id=revert_set)
+        store.write_links(
+            [LinkWrite(change_id, "link_upsert", entry["before"])], actor=actor, change_set_id=revert_set
+        )
 
 
 def restore_memory(store: Store, memory_id: str, *, actor: str = "engram-pipelines") -> dict[str, Any]:
@@ -103,8 +116,12 @@ def restore_memory(store: Store, memory_id: str, *, actor: str = "engram-pipelin
     if store.get(memory_id) is not None:
         raise RestoreError(f"memory {memory_id} exists; nothing to restore")
     deletions = [
-        a for a in store.audit_rows(target_id=memory_id) if a["target_kind"] == "memory" and a["after"] is None
-        and a["before"] is not None and a["op"] != "insert"
+        a
+        for a in store.audit_rows(target_id=memory_id)
+        if a["target_kind"] == "memory"
+        and a["after"] is None
+        and a["before"] is not None
+        and a["op"] != "insert"
     ]
     if not deletions:
         raise RestoreError(f"no audit pre-image for memory {memory_id}: it was never purged by this pipeline")

@@ -218,7 +218,9 @@ class Store(ABC):
                 for statement in migration.statements(self.dialect, pgvector=pgvector):
                     cur.execute(statement)
                 cur.execute(
-                    self._sql("INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)"),
+                    self._sql(
+                        "INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)"
+                    ),
                     (migration.version, migration.description, utc_now().isoformat()),
                 )
             applied.append(migration.version)
@@ -306,7 +308,9 @@ class Store(ABC):
             )
             row = cur.fetchone()
         if row is None:
-            raise VersionConflict(f"memory {memory_id} is no longer at version {expected_version}: re-read it")
+            raise VersionConflict(
+                f"memory {memory_id} is no longer at version {expected_version}: re-read it"
+            )
         return int(row[0])
 
     def set_pinned(self, memory_id: str, expected_version: int, pinned: bool = True) -> int:
@@ -424,7 +428,22 @@ class Store(ABC):
     )
 
     def _change_set_from_row(self, row: Sequence[Any]) -> ChangeSetRecord:
-        (cid, created, as_of, job, klass, status, path, fp, total, counts, appr_at, appr_by, appl_at, rev_at) = row
+        (
+            cid,
+            created,
+            as_of,
+            job,
+            klass,
+            status,
+            path,
+            fp,
+            total,
+            counts,
+            appr_at,
+            appr_by,
+            appl_at,
+            rev_at,
+        ) = row
         ts = self._from_db
         return ChangeSetRecord(
             change_set_id=cid,
@@ -444,7 +463,9 @@ class Store(ABC):
         )
 
     def list_change_sets(self) -> list[ChangeSetRecord]:
-        rows = self.query(f"SELECT {self._CHANGE_SET_COLUMNS} FROM change_sets ORDER BY created_at, change_set_id")
+        rows = self.query(
+            f"SELECT {self._CHANGE_SET_COLUMNS} FROM change_sets ORDER BY created_at, change_set_id"
+        )
         return [self._change_set_from_row(r) for r in rows]
 
     def get_change_set(self, change_set_id: str) -> ChangeSetRecord | None:
@@ -458,13 +479,20 @@ class Store(ABC):
         if set(fields) - allowed:
             raise ValueError(f"cannot set {sorted(set(fields) - allowed)} on a change set")
         conv = {
-            k: (self._to_db("metadata", v) if k == "counts" else self._to_db("created_at", v) if k.endswith("_at") else v)
+            k: (
+                self._to_db("metadata", v)
+                if k == "counts"
+                else self._to_db("created_at", v)
+                if k.endswith("_at")
+                else v
+            )
             for k, v in fields.items()
         }
         sets = ", ".join(f"{k} = ?" for k in conv)
         with self.write_transaction() as cur:
             cur.execute(
-                self._sql(f"UPDATE change_sets SET {sets} WHERE change_set_id = ?"), (*conv.values(), change_set_id)
+                self._sql(f"UPDATE change_sets SET {sets} WHERE change_set_id = ?"),
+                (*conv.values(), change_set_id),
             )
 
     def ledger(self, change_set_id: str) -> dict[str, tuple[str, str | None]]:
@@ -474,7 +502,9 @@ class Store(ABC):
         )
         return {r[0]: (r[1], r[2]) for r in rows}
 
-    def _record_outcomes(self, cur: Any, change_set_id: str, outcomes: Sequence[Outcome], at: dt.datetime) -> None:
+    def _record_outcomes(
+        self, cur: Any, change_set_id: str, outcomes: Sequence[Outcome], at: dt.datetime
+    ) -> None:
         if not outcomes:
             return
         cur.executemany(
@@ -483,14 +513,19 @@ class Store(ABC):
                 "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (change_id) DO UPDATE SET outcome = excluded.outcome, "
                 "detail = excluded.detail, at = excluded.at"
             ),
-            [(o.change_id, change_set_id, o.target_id, o.outcome, o.detail, self._to_db("created_at", at)) for o in outcomes],
+            [
+                (o.change_id, change_set_id, o.target_id, o.outcome, o.detail, self._to_db("created_at", at))
+                for o in outcomes
+            ],
         )
 
     def record_outcomes(self, change_set_id: str, outcomes: Sequence[Outcome]) -> None:
         with self.write_transaction() as cur:
             self._record_outcomes(cur, change_set_id, outcomes, utc_now())
 
-    def audit_rows(self, *, target_id: str | None = None, change_set_id: str | None = None) -> list[dict[str, Any]]:
+    def audit_rows(
+        self, *, target_id: str | None = None, change_set_id: str | None = None
+    ) -> list[dict[str, Any]]:
         where, params = [], []
         if target_id is not None:
             where.append("target_id = ?")
@@ -653,7 +688,9 @@ class Store(ABC):
                             change_set_id,
                             change_id,
                             row["id"],
-                            json.dumps({k: v for k, v in row.items() if k != "embedding"}, default=_json_default),
+                            json.dumps(
+                                {k: v for k, v in row.items() if k != "embedding"}, default=_json_default
+                            ),
                         ),
                     )
             self._record_outcomes(
@@ -717,10 +754,15 @@ class Store(ABC):
             self._record_outcomes(
                 cur,
                 change_set_id,
-                [Outcome(w.change_id, "|".join((w.link["src_id"], w.link["dst_id"], w.link["kind"])),
-                         "applied" if w.change_id in landed else "ineligible",
-                         None if w.change_id in landed else "link no longer exists")
-                 for w in writes],
+                [
+                    Outcome(
+                        w.change_id,
+                        "|".join((w.link["src_id"], w.link["dst_id"], w.link["kind"])),
+                        "applied" if w.change_id in landed else "ineligible",
+                        None if w.change_id in landed else "link no longer exists",
+                    )
+                    for w in writes
+                ],
                 at,
             )
         return landed
@@ -730,7 +772,11 @@ class Store(ABC):
         row = {c: preimage.get(c) for c in records.MEMORY_COLUMNS}
         for column in TIMESTAMP_COLUMNS:
             if row[column] is not None:
-                row[column] = self._from_db(column, row[column]) if not isinstance(row[column], str) else _parse_ts(row[column])
+                row[column] = (
+                    self._from_db(column, row[column])
+                    if not isinstance(row[column], str)
+                    else _parse_ts(row[column])
+                )
         for column in BOOL_COLUMNS:
             row[column] = bool(row[column])
         for column in JSON_COLUMNS:
@@ -742,7 +788,9 @@ class Store(ABC):
             if not self.insert_memories([row_params], cur=cur):
                 return False
             if embedding is not None:
-                cur.execute(self._sql("UPDATE memories SET embedding = ? WHERE id = ?"), (embedding, row["id"]))
+                cur.execute(
+                    self._sql("UPDATE memories SET embedding = ? WHERE id = ?"), (embedding, row["id"])
+                )
             cur.execute(
                 self._sql(
                     "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "

@@ -215,7 +215,9 @@ _POSTGRES_INITIAL = (
 )
 
 MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "memories, links, audit log, change sets, ledger, recall view", _SQLITE_INITIAL, _POSTGRES_INITIAL),
+    Migration(
+        1, "memories, links, audit log, change sets, ledger, recall view", _SQLITE_INITIAL, _POSTGRES_INITIAL
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -72,7 +72,9 @@ class PostgresStore(Store):
         try:
             conn = psycopg.connect(self.url, autocommit=False, prepare_threshold=None)
         except psycopg.OperationalError as exc:
-            raise StoreError(f"cannot connect to PostgreSQL store {self.redacted_url}: {exc}".strip()) from None
+            raise StoreError(
+                f"cannot connect to PostgreSQL store {self.redacted_url}: {exc}".strip()
+            ) from None
         self.vector_oid: int | None = None
         self._register_vector(conn)
         return conn
@@ -218,7 +220,9 @@ class PostgresStore(Store):
                 arrays = []
                 for name, values in zip(columns, cols, strict=True):
                     if name == "embedding":
-                        arrays.append(_vector_array([self._decode_embedding(v) for v in values], embedding_dim))
+                        arrays.append(
+                            _vector_array([self._decode_embedding(v) for v in values], embedding_dim)
+                        )
                     else:
                         arrays.append(pa.array(values, type=schema.field(name).type))
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -227,7 +231,9 @@ class PostgresStore(Store):
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
         with self.conn.cursor(name="engram_links", binary=True) as cur:
             cur.itersize = batch_size
-            cur.execute(f"SELECT {', '.join(records.LINK_COLUMNS)} FROM memory_links ORDER BY src_id, dst_id, kind")
+            cur.execute(
+                f"SELECT {', '.join(records.LINK_COLUMNS)} FROM memory_links ORDER BY src_id, dst_id, kind"
+            )
             while rows := cur.fetchmany(batch_size):
                 cols = list(zip(*rows, strict=True))
                 arrays = [pa.array(v, type=f.type) for v, f in zip(cols, records.LINK_FIELDS, strict=True)]

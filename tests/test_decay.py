@@ -1,0 +1,120 @@
+"""Decay policies against hand-computed values, stale marks as transitions only, pins and blocks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from engram_pipelines.config import Config, load_config
+from engram_pipelines.decay import decay_intents, decay_scores
+from tests.lifecycle_helpers import AS_OF, days_ago, snapshot
+
+
+def scores_of(rows, config=None):
+    table = decay_scores(snapshot(rows), config or Config(), AS_OF)
+    return {r["id"]: r for r in table.to_pylist()}
+
+
+@pytest.mark.parametrize(("age", "expected"), [(0, 0.35), (7, 0.2475), (14, 0.175), (30, 0.0793)])
+def test_engram_plain_note(age, expected):
+    got = scores_of([{"created_at": days_ago(age)}])["m0"]
+    assert got["score"] == pytest.approx(expected, abs=5e-5)
+    assert got["policy"] == "engram" and got["age_days"] == pytest.approx(age)
+
+
+def test_engram_age_runs_from_the_last_access_and_access_boosts():
+    got = scores_of([{"created_at": days_ago(100), "last_accessed_at": days_ago(14), "access_count": 3}])["m0"]
+    assert got["score"] == pytest.approx((0.35 + 0.04 * math.log2(4)) * 0.5)
+
+
+def test_engram_cues_tags_and_cap():
+    rows = [
+        {"content": "We decided to ship; the incident is resolved before the release deadline"},
+        {"content": "plain", "tags": ["critical"]},
+        {"content": "plain", "access_count": 10_000},
+        {"content": "terror and debugging are not cue words"},
+    ]
+    got = scores_of(rows)
+    assert got["m0"]["score"] == pytest.approx(0.35 + 0.18 + 0.12 + 0.10)
+    assert got["m1"]["score"] == pytest.approx(0.35 + 0.08)
+    assert got["m2"]["score"] == pytest.approx(0.35 + 0.25)
+    assert got["m3"]["score"] == pytest.approx(0.35)
+
+
+def test_pinned_rows_keep_the_floor_and_are_never_stale():
+    got = scores_of([{"created_at": days_ago(400), "pinned": True, "stale": True}])["m0"]
+    assert got["score"] >= 0.9 and not got["stale_after"] and got["outcome"] == "pinned"
+
+
+def test_blocks_live_outside_decay():
+    got = scores_of([{"kind": "block", "created_at": days_ago(400)}])["m0"]
+    assert got["score"] is None and got["policy"] == "exempt" and not got["stale_after"]
+
+
+def test_halflife_policy():
+    config = Config.model_validate({"decay": {"policy": "halflife", "halflife": {"half_life_hours": 24}}})
+    got = scores_of([{"importance": 0.8, "created_at": days_ago(2)}], config)["m0"]
+    assert got["score"] == pytest.approx(0.2)
+
+
+def test_ebbinghaus_policy_floor_bonus_and_kinds():
+    config = Config.model_validate({"decay": {"policy": "ebbinghaus"}})
+    rows = [
+        {"importance": 0.8, "created_at": days_ago(7)},
+        {"importance": 0.9, "created_at": days_ago(90)},
+        {"importance": 0.5, "created_at": days_ago(7), "access_count": 9},
+        {"importance": 0.6, "created_at": days_ago(30), "kind": "semantic"},
+    ]
+    got = scores_of(rows, config)
+    assert got["m0"]["score"] == pytest.approx(0.4)
+    assert got["m1"]["score"] == pytest.approx(0.09)
+    assert got["m2"]["score"] == pytest.approx(0.5 * 0.5 * (1 + 1 * 0.5))
+    assert got["m3"]["score"] == pytest.approx(0.3)
+    assert got["m0"]["review_interval_days"] == pytest.approx(-math.log(0.3 / 0.4) / (math.log(2) / 7))
+
+
+def test_ebbinghaus_infinite_or_non_positive_half_life_never_decays():
+    config = Config.model_validate(
+        {"decay": {"policy": "ebbinghaus", "ebbinghaus": {"kind_half_life_days": {"episodic": math.inf, "semantic": 0}}}}
+    )
+    got = scores_of([{"importance": 0.7, "created_at": days_ago(500)},
+                     {"importance": 0.7, "created_at": days_ago(500), "kind": "semantic"}], config)
+    assert got["m0"]["score"] == pytest.approx(0.7) and got["m1"]["score"] == pytest.approx(0.7)
+
+
+def test_policy_per_kind_and_per_namespace():
+    config = Config.model_validate(
+        {
+            "decay": {"kind_policy": {"semantic": "ebbinghaus"}},
+            "namespaces": {"fast:*": {"decay": {"engram": {"half_life_days": 1}}}},
+        }
+    )
+    rows = [
+        {"kind": "semantic", "importance": 0.8, "created_at": days_ago(30)},
+        {"namespace": "fast:coder", "created_at": days_ago(1)},
+        {"created_at": days_ago(1)},
+    ]
+    got = scores_of(rows, config)
+    assert got["m0"]["policy"] == "ebbinghaus" and got["m0"]["score"] == pytest.approx(0.4)
+    assert got["m1"]["score"] == pytest.approx(0.175)
+    assert got["m2"]["score"] == pytest.approx(0.35 * 0.5 ** (1 / 14))
+
+
+def test_only_transitions_become_intents():
+    rows = [
+        {"created_at": days_ago(30)},  # becomes stale
+        {"created_at": days_ago(30), "stale": True},  # stays stale: no write
+        {"created_at": days_ago(0), "stale": True},  # recovered: the mark is lifted
+        {"created_at": days_ago(0)},  # fine: no write
+    ]
+    intents = decay_intents(decay_scores(snapshot(rows), Config(), AS_OF)).to_pylist()
+    assert [(i["target_id"], i["op"]) for i in intents] == [("m0", "mark_stale"), ("m2", "clear_stale")]
+    assert "stale threshold 0.3" in intents[0]["reason"]
+
+
+def test_seed_environment_variables_override_the_file(tmp_path):
+    path = tmp_path / "engram.yaml"
+    path.write_text("decay:\n  engram:\n    half_life_days: 3\n  stale_threshold: 0.2\n")
+    config = load_config(path, env={"MEMORY_IMPORTANCE_HALF_LIFE_DAYS": "7"})
+    assert config.decay.engram.half_life_days == 7 and config.decay.stale_threshold == 0.2
