@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import warnings
-
 import dagster as dg
 
-from assets import changes, ingest, reports
+from assets import changes, ingest, lifecycle, reports
 from assets.jobs import consolidate_job, nightly_job, schedules
 from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.config import load_config, store_url, warehouse_path
-
-# Pools and partitioned asset checks are marked beta/preview in this Dagster release; we use them on purpose.
-warnings.filterwarnings("ignore", category=dg.BetaWarning)
-warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 
 def build_definitions(
     store: str | None = None, warehouse: str | None = None, config_path: str | None = None
 ) -> dg.Definitions:
     config = load_config(config_path)
-    modules = [ingest, changes, reports]
+    modules = [ingest, lifecycle, changes, reports]
     return dg.Definitions(
         assets=dg.load_assets_from_modules(modules),
         asset_checks=dg.load_asset_checks_from_modules(modules),

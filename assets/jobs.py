@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.partitions import as_of_partitions
 from engram_pipelines.config import Config
 
 nightly_job = dg.define_asset_job(
     name="nightly",
     selection=dg.AssetSelection.groups("ingest", "analysis", "changes", "apply", "reports"),
-    partitions_def=as_of_partitions,
     description=(
         "Snapshot the live store, run every analysis, compose the auto and gated change sets, apply the auto "
         "set (CAS-guarded, audited) and write the health report. Gated changes wait for `approve`."
@@ -20,7 +18,6 @@ nightly_job = dg.define_asset_job(
 consolidate_job = dg.define_asset_job(
     name="consolidate",
     selection=dg.AssetSelection.groups("ingest", "analysis", "changes"),
-    partitions_def=as_of_partitions,
     description=(
         "Propose the review-gated change set (near-duplicate merges, compression, supersede) with its review "
         "report, and apply nothing: `engram-pipelines approve` then `apply` does that. Its schedule is off by "

@@ -31,7 +31,7 @@ class UserError(click.ClickException):
     """An error the user can fix; printed without a traceback."""
 
     def show(self, file: Any = None) -> None:
-        err_console.print(f"[bold red]error:[/] {self.format_message()}")
+        err_console.print(f"[bold red]error:[/] {self.format_message()}", soft_wrap=True)
 
 
 def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -426,8 +426,8 @@ def changes_show(
     with opened(store_arg) as store:
         record, table = load_change_set(store, change_set_id)
         ledger = store.ledger(change_set_id)
-        memories = {} if not (markdown_path or html_path) else store.read_memories(_referenced_ids(table))
-    rows = table.to_pylist()
+        rows = table.to_pylist()
+        memories = store.read_memories(_referenced_ids(rows)) if markdown_path or html_path else {}
     for row in rows:
         row["outcome"] = ledger.get(row["change_id"], ("pending", None))[0]
     if markdown_path:
@@ -453,14 +453,14 @@ def changes_show(
         console.print(f"... {len(rows) - limit} more (--limit, --json)")
 
 
-def _referenced_ids(table: Any) -> list[str]:
-    ids = set(table.filter(table["target_kind"] == "memory").column("target_id").to_pylist())
-    for patch in table.column("patch").to_pylist():
-        data = json.loads(patch)
-        if isinstance(data, dict):
-            for key in ("superseded_by", "src_id", "dst_id"):
-                if isinstance(data.get(key), str):
-                    ids.add(data[key])
+def _referenced_ids(rows: list[dict[str, Any]]) -> list[str]:
+    """Every memory a review shows: targets, canonicals, link ends and contradiction partners."""
+    ids = {r["target_id"] for r in rows if r["target_kind"] == "memory"}
+    for row in rows:
+        patch = json.loads(row["patch"])
+        if isinstance(patch, dict):
+            ids.update(patch[k] for k in ("superseded_by", "src_id", "dst_id") if isinstance(patch.get(k), str))
+        ids.update(i["params"]["with"] for i in json.loads(row["intents"]) if i["op"] == "flag_contradiction")
     return sorted(ids)
 
 

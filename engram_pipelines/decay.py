@@ -188,7 +188,7 @@ def decay_intents(scores: pa.Table) -> pa.Table:
                 "params": {"score": round(score, 6) if score is not None else None},
                 "reason": reasons,
                 "evidence": {"rule": "decay", "policy": policy, "decay_score": score, "age_days": age},
-                "source": "decay",
+                "source": "decay_scores",
                 "review_class": "auto",
             }
             for namespace, memory_id, score, reasons, policy, age, op in rows

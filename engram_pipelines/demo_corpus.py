@@ -52,6 +52,7 @@ LAST_RUN_AGE = (
     21.0 / 24.0
 )  # the previous nightly run: 03:00 on the as-of day, in days before the as-of instant
 DAY_US = 86_400_000_000
+FIRST_NUMBER = 10_000  # ticket and note numbers: planted groups first, then background rows
 _CHUNK = 8_192  # rows per vector batch: buffers under glibc's 32 MB mmap threshold get reused, not re-faulted
 
 TRUTH_SCHEMA = pa.schema(
@@ -78,123 +79,39 @@ TOPIC_SHARE = 0.3  # squared share of the namespace direction in each topic: cro
 
 # -- word lists --------------------------------------------------------------------------------------------
 
-FIRST = (
-    "Alice",
-    "Bob",
-    "Carol",
-    "Dana",
-    "Erik",
-    "Farah",
-    "Gabe",
-    "Hana",
-    "Ivan",
-    "Jade",
-    "Kofi",
-    "Lena",
-    "Marco",
-    "Nina",
-    "Omar",
-    "Priya",
-    "Quinn",
-    "Rosa",
-    "Sven",
-    "Tara",
-    "Umar",
-    "Vera",
-    "Wes",
-    "Yuki",
-    "Zoe",
+
+def _words(text: str, sep: str | None = None) -> tuple[str, ...]:
+    return tuple(w.strip() for w in text.split(sep))
+
+
+FIRST = _words(
+    "Alice Bob Carol Dana Erik Farah Gabe Hana Ivan Jade Kofi Lena Marco Nina Omar Priya Quinn Rosa Sven Tara "
+    "Umar Vera Wes Yuki Zoe Amir Bea Chen Dev Elif Femi Greta Hugo Ines Jonas Kira Luis Maya Nils Olga Pavel "
+    "Rhea Sami Theo Uma Viktor Wanda Xin Yara Zane"
 )
-LAST = (
-    "Novak",
-    "Okafor",
-    "Lindqvist",
-    "Moreau",
-    "Tanaka",
-    "Costa",
-    "Haddad",
-    "Kowalski",
-    "Brennan",
-    "Iyer",
-    "Fischer",
-    "Silva",
-    "Duarte",
-    "Nakamura",
-    "Petrov",
-    "Reyes",
-    "Adeyemi",
-    "Larsen",
-    "Walsh",
-    "Romero",
+LAST = _words(
+    "Novak Okafor Lindqvist Moreau Tanaka Costa Haddad Kowalski Brennan Iyer Fischer Silva Duarte Nakamura "
+    "Petrov Reyes Adeyemi Larsen Walsh Romero Berg Castillo Dubois Eriksen Farouk Gallo Hoffmann Ito Jensen "
+    "Kaur Laine Mendes Nowak Ortiz Park Quist Rossi Sato Torres Ueda Vance Weber Xu Yilmaz Zhou Abbott Bianchi "
+    "Cruz Dahl Evans"
 )
-PROJECTS = (
-    "Falcon",
-    "Heron",
-    "Orion",
-    "Juniper",
-    "Atlas",
-    "Beacon",
-    "Comet",
-    "Delta",
-    "Ember",
-    "Fjord",
-    "Granite",
-    "Harbor",
-    "Iris",
-    "Kestrel",
-    "Lumen",
-    "Maple",
-    "Nimbus",
-    "Onyx",
-    "Pylon",
-    "Quartz",
+PROJECTS = _words(
+    "Falcon Heron Orion Juniper Atlas Beacon Comet Delta Ember Fjord Granite Harbor Iris Kestrel Lumen Maple "
+    "Nimbus Onyx Pylon Quartz"
 )
-SERVICES = (
-    "billing",
-    "search",
-    "checkout",
-    "auth",
-    "ingest",
-    "export",
-    "reporting",
-    "notifications",
-    "payments",
+SERVICES = _words("billing search checkout auth ingest export reporting notifications payments")
+TEAMS = _words("platform data mobile payments infra growth security design")
+CITIES = _words(
+    "Paris Berlin Lisbon Oslo Madrid Toronto Nairobi Seoul Austin Dublin Prague Lima Osaka Zurich Warsaw Melbourne"
 )
-TEAMS = ("platform", "data", "mobile", "payments", "infra", "growth", "security", "design")
-CITIES = (
-    "Paris",
-    "Berlin",
-    "Lisbon",
-    "Oslo",
-    "Madrid",
-    "Toronto",
-    "Nairobi",
-    "Seoul",
-    "Austin",
-    "Dublin",
-    "Prague",
-    "Lima",
-    "Osaka",
-    "Zurich",
-    "Warsaw",
-    "Melbourne",
+RESEARCH_TOPICS = _words(
+    "retrieval augmentation, contrastive learning, sparse attention, protein folding, graph neural networks, "
+    "causal inference, speech recognition, reinforcement learning, time series forecasting, active learning",
+    ",",
 )
-RESEARCH_TOPICS = (
-    "retrieval augmentation",
-    "contrastive learning",
-    "sparse attention",
-    "protein folding",
-    "graph neural networks",
-    "causal inference",
-    "speech recognition",
-    "reinforcement learning",
-    "time series forecasting",
-    "active learning",
-)
-MONTHS = ("March", "April", "May", "June", "July", "August", "September", "October", "November", "December")
-WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday")
+MONTHS = _words("March April May June July August September October November December")
+WEEKDAYS = _words("Monday Tuesday Wednesday Thursday Friday")
 DATES = tuple(f"{m} {d}" for m in MONTHS for d in (3, 8, 12, 17, 21, 26))
-_PERSON_POOL = len(FIRST) * len(LAST)
 
 # -- templates ---------------------------------------------------------------------------------------------
 # Slots: P person, X project, S service, T team, N unique number, D date, W weekday, C city, K research topic,
@@ -215,7 +132,7 @@ def _templates(*variants: str) -> tuple[str, ...]:
 def _render(templates: Sequence[str], slots: dict[str, Sequence[str]]) -> list[str]:
     """Fill positional templates row by row; a slot missing from `slots` renders empty."""
     columns = [slots[name] if name in slots else itertools.repeat("") for name in SLOT_ORDER]
-    return [t.format(*values) for t, *values in zip(templates, *columns, strict=False)]
+    return list(itertools.starmap(str.format, zip(templates, *columns, strict=False)))
 
 
 # Background events: no relational or copular forms, one unique number each.
@@ -376,7 +293,7 @@ PARAPHRASES_BY_FLAVOR = {
 }
 # Twins carry a project subject from a reserved range, never a person, so they collide with nothing.
 TWIN_FAMILIES = ("decision", "incident", "release")
-TWIN_PROJECT_BASE = 1_000_000
+TWIN_PROJECT_BASE = 10_000_000
 
 OBSERVATIONS = {
     "coder": _Family(
@@ -570,7 +487,7 @@ CONTROLS = (
         "elaboration",
         "same",
     ),
-    _conflict("pronoun", "{P} lives in {V}.", "They live in {U}.", "{P}", CITIES, "pronoun_subject"),
+    _conflict("pronoun", "{P} lives in {V}.", "They live in {U} now (note {N}).", "{P}", CITIES, "pronoun_subject"),
 )
 
 SINGLES = {
@@ -656,8 +573,8 @@ class _Groups:
     size: np.ndarray  # (G,)
     ns: np.ndarray  # (G,) namespace of the group (slot 0)
     ns2: np.ndarray  # (G,) second namespace (cross-namespace kinds), else == ns
-    ordinal: np.ndarray  # (G,) rank of the group within its namespace: unique subjects
-    number: np.ndarray  # (G,) globally unique number for ticket/note ids
+    ordinal: np.ndarray  # (G,) index of the group among all groups: its subjects (person, project) are unique
+    number: np.ndarray  # (G,) its ticket/note number, unique in the corpus
 
     def __len__(self) -> int:
         return len(self.size)
@@ -712,6 +629,7 @@ class _Plan:
         self.links: list[dict[str, np.ndarray]] = []
         self.extra_ids = 0  # ids that exist only as dangling link endpoints (plan rows n, n+1, ...)
         self.next_conv = 0
+        self.next_number = FIRST_NUMBER
         self.bg_range = np.zeros((len(ns_names), 2), np.int64)
 
     # helpers used by the planters
@@ -775,33 +693,21 @@ def _flavor(namespace: str) -> str:
     }.get(namespace, "tenant")
 
 
-def _person(ordinal: np.ndarray, ns: np.ndarray) -> list[str]:
-    """A person name unique per (namespace, ordinal): 500 plain names, then middle initials, then numbers."""
-
-    def name(k: int, offset: int) -> str:
-        base = (k + offset) % _PERSON_POOL
-        first, last = FIRST[base % len(FIRST)], LAST[base // len(FIRST)]
-        tier = k // _PERSON_POOL
-        if tier == 0:
-            return f"{first} {last}"
-        if tier <= 26:
-            return f"{first} {chr(64 + tier)}. {last}"
-        return f"{first} {last} {tier - 25}"
-
-    return [name(int(k), int(n) * 97) for k, n in zip(ordinal, ns, strict=True)]
+def _person(ordinal: int) -> str:
+    """The person of a planted group, unique per ordinal: 'Alice Novak', then 'Alice Novak-Okafor' (125k
+    names), then middle initials."""
+    first, last = FIRST[ordinal % len(FIRST)], ordinal // len(FIRST) % len(LAST)
+    second = ordinal // (len(FIRST) * len(LAST)) % len(LAST)
+    initial = ordinal // (len(FIRST) * len(LAST) * len(LAST))
+    surname = LAST[last] if second == 0 else f"{LAST[last]}-{LAST[(last + second) % len(LAST)]}"
+    middle = "" if initial == 0 else f" {chr(64 + (initial - 1) % 26 + 1)}." + "'" * ((initial - 1) // 26)
+    return f"{first}{middle} {surname}"
 
 
-def _project(ordinal: np.ndarray, ns: np.ndarray | None = None) -> list[str]:
-    """A project name unique per (namespace, ordinal): 'Falcon', ..., then 'Falcon-2', ..."""
-    offsets = (
-        np.zeros(len(ordinal), np.int64) if ns is None else (np.asarray(ns, np.int64) * 7) % len(PROJECTS)
-    )
-    names = []
-    for k, off in zip(ordinal, offsets, strict=True):
-        k = int(k)
-        base = PROJECTS[(k + int(off)) % len(PROJECTS)]
-        names.append(base if k < len(PROJECTS) else f"{base}-{k // len(PROJECTS) + 1}")
-    return names
+def _project(ordinal: int) -> str:
+    """The project of a planted group, unique per ordinal: 'Falcon', ..., 'Quartz', 'Falcon-2', ..."""
+    base = PROJECTS[ordinal % len(PROJECTS)]
+    return base if ordinal < len(PROJECTS) else f"{base}-{ordinal // len(PROJECTS) + 1}"
 
 
 def _group_slots(
@@ -813,8 +719,8 @@ def _group_slots(
     """One value per group for every slot; subjects (P, X) unique within the group's namespace."""
     size = len(groups)
     slots = {
-        "P": np.asarray(_person(groups.ordinal, groups.ns), dtype=object),
-        "X": np.asarray(projects or _project(groups.ordinal, groups.ns), dtype=object),
+        "P": np.asarray([_person(int(k)) for k in groups.ordinal], dtype=object),
+        "X": np.asarray(projects or [_project(int(k)) for k in groups.ordinal], dtype=object),
         "S": plan.pick(SERVICES, size),
         "T": plan.pick(TEAMS, size),
         "N": np.asarray([str(v) for v in groups.number], dtype=object),
@@ -1014,7 +920,7 @@ def _plant_twins(plan: _Plan, groups: _Groups) -> None:
     exact = np.arange(len(groups)) % 2 == 0
     cos = np.where(exact, 1.0, plan.uniform(*DUPLICATE_COS, len(groups)))[:, None]
     families = plan.pick(TWIN_FAMILIES, len(groups))
-    projects = _project(TWIN_PROJECT_BASE + groups.number)
+    projects = [_project(TWIN_PROJECT_BASE + int(k)) for k in groups.ordinal]
     _paraphrase_base(plan, groups, cos, exact=False, families=families, projects=projects)
     copies = groups.rows[exact]
     plan.content[copies[:, 1]] = plan.content[copies[:, 0]]
@@ -1620,11 +1526,6 @@ def _layout(plan: _Plan, sizes: np.ndarray) -> list[tuple[_KindSpec, _Groups]]:
         counts.append(rng.integers(lo, hi + 1, groups))
         group_ns.append(ns)
         group_ns2.append(ns2)
-    all_ns = np.concatenate(group_ns)
-    ordinal = np.empty(len(all_ns), np.int64)
-    order = np.argsort(all_ns, kind="stable")
-    starts = np.searchsorted(all_ns[order], np.arange(k))
-    ordinal[order] = np.arange(len(all_ns)) - starts[all_ns[order]]
     layout, row, g0 = [], 0, 0
     for spec, size, ns, ns2 in zip(specs, counts, group_ns, group_ns2, strict=True):
         width = spec.sizes[1]
@@ -1634,9 +1535,10 @@ def _layout(plan: _Plan, sizes: np.ndarray) -> list[tuple[_KindSpec, _Groups]]:
             rows[present, s] = row + np.cumsum(present)[present] - 1
             row += int(present.sum())
             plan.ns[rows[present, s]] = ns2[present] if s == 1 else ns[present]
-        number = 10_000 + g0 + np.arange(len(size))
-        layout.append((spec, _Groups(rows, size, ns, ns2, ordinal[g0 : g0 + len(size)], number)))
+        ordinal = g0 + np.arange(len(size))
+        layout.append((spec, _Groups(rows, size, ns, ns2, ordinal, FIRST_NUMBER + ordinal)))
         g0 += len(size)
+    plan.next_number = FIRST_NUMBER + g0
     if row > n:
         raise ValueError(f"n={n} is too small for the planted structures ({row} rows); use n >= {MIN_ROWS}")
     return layout
@@ -1707,7 +1609,8 @@ def _background_content(plan: _Plan, rows: np.ndarray, ns: np.ndarray, episodic:
     slots = {
         key: np.asarray(pool, dtype=object)[rng.integers(0, len(pool), total)] for key, pool in words.items()
     }
-    slots["N"] = (200_000 + rows).astype(str)  # unique per row: no accidental duplicate content
+    # Numbers continue after the planted groups': every background sentence is unique.
+    slots["N"] = (plan.next_number + rows - rows[0]).astype(str)
     plan.content[rows] = _render(templates, slots)
     coder = np.isin(flavor, ("coder", "tenant"))
     plan.project[rows[coder]] = ["proj-" + x.lower() for x in slots["X"][coder]]

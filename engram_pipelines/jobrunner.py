@@ -53,7 +53,7 @@ def code_location_module(workspace: Path = Path("workspace.yaml")) -> str:
 
 
 def execute_job(
-    job: str, as_of: dt.date, *, store: str, warehouse: str, config_path: str | None
+    job: str, as_of: dt.date, *, store: str, warehouse: str, config_path: str | None, log_level: str = "INFO"
 ) -> dict[str, Any]:
     import dagster as dg
 
@@ -62,8 +62,10 @@ def execute_job(
     job_def = defs.resolve_job_def(job)
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     started = time.perf_counter()
+    # INFO keeps the steps' progress lines on the terminal without Dagster's per-event debug lines.
+    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     result = job_def.execute_in_process(
-        partition_key=as_of.isoformat(), instance=instance, raise_on_error=False
+        partition_key=as_of.isoformat(), instance=instance, raise_on_error=False, run_config=run_config
     )
     summary: dict[str, Any] = {
         "job": job,

@@ -80,7 +80,8 @@ def check_eligible(intents: list[Intent], row: dict[str, Any] | None, guard: dic
     """
     if row is None:
         raise Ineligible("target no longer exists")
-    ops = {i.op for i in intents}
+    # Moving a row back to Active un-hides it: neither a pin nor a fresh access stands in its way.
+    ops = {i.op for i in intents if not (i.op == "move_zone" and i.params.get("to") == "active")}
     if ops & HIDING_OPS and (row["pinned"] or row["kind"] == "block"):
         raise Ineligible("row is pinned or a block now")
     if ops & ACCESS_SENSITIVE_OPS and (

@@ -1,0 +1,143 @@
+"""Lifecycle analyses: decay scores, promotions and retention zones, each proposing transitions only."""
+
+import dagster as dg
+import pyarrow.compute as pc
+
+from assets.metadata import sample_markdown, standard
+from assets.partitions import as_of_date, as_of_partitions
+from assets.resources import EngramConfigResource, WarehouseResource
+from engram_pipelines.decay import DECAY_SCHEMA, decay_intents, decay_scores
+from engram_pipelines.promotion import PROMOTION_SCHEMA, promotion_intents, promotions
+from engram_pipelines.retention import RETENTION_SCHEMA, retention_intents, retention_moves
+from engram_pipelines.timestamps import end_of_day
+
+_LIFECYCLE_COLUMNS = ["id", "namespace", "tier", "kind", "content", "importance", "score", "access_count",
+                      "last_accessed_at", "created_at", "updated_at", "pinned", "stale", "tags", "zone",
+                      "zone_since", "superseded_by"]
+
+
+def _counts(table, column: str) -> dict[str, int]:
+    if table.num_rows == 0:
+        return {}
+    counted = pc.value_counts(table[column]).to_pylist()
+    return {str(item["values"]): int(item["counts"]) for item in counted}
+
+
+@dg.asset(
+    name="decay_scores",
+    partitions_def=as_of_partitions,
+    deps=["memory_snapshot"],
+    group_name="analysis",
+    kinds={"duckdb", "parquet"},
+    owners=["team:data-platform"],
+    description=(
+        "Decay score of every memory as of the partition's end (policies engram, halflife, ebbinghaus, per "
+        "namespace and kind; see docs/configuration.md). Blocks are exempt; pinned rows keep the pinned floor. "
+        "Proposes the stale mark (score below decay.stale_threshold; metadata only, the row still recalls) and "
+        "lifts it from rows that recovered: only transitions, so a score drifting by a day writes nothing. "
+        "Columns: score and age_days derive from created_at/last_accessed_at, access_count, content, tags, "
+        "importance and pinned of memory_snapshot."
+    ),
+)
+def decay_scores_asset(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config = engram_config.load()
+    as_of = as_of_date(context)
+    wh = warehouse.get()
+    memories = wh.read_table("memories", as_of, columns=_LIFECYCLE_COLUMNS)
+    scores = decay_scores(memories, config, end_of_day(as_of))
+    intents = decay_intents(scores)
+    wh.write_table("decay_scores", as_of, scores)
+    wh.write_proposals("decay_scores", as_of, intents)
+    outcomes = _counts(scores, "outcome")
+    context.log.info(f"decay: {scores.num_rows} scored, outcomes {outcomes}, {intents.num_rows} transitions")
+    return dg.MaterializeResult(
+        metadata={
+            **standard(DECAY_SCHEMA, scores.num_rows),
+            "outcomes": dg.MetadataValue.json(outcomes),
+            "policies": dg.MetadataValue.json(_counts(scores, "policy")),
+            "transitions": intents.num_rows,
+            "stale": int(pc.sum(scores["stale_after"]).as_py() or 0),
+            "mean_score": float(pc.mean(scores["score"]).as_py() or 0.0),
+            "sample": sample_markdown(scores, ["id", "namespace", "policy", "score", "outcome", "reasons"]),
+        }
+    )
+
+
+@dg.asset(
+    name="promotions",
+    partitions_def=as_of_partitions,
+    deps=["memory_snapshot", decay_scores_asset],
+    group_name="analysis",
+    kinds={"duckdb", "parquet"},
+    owners=["team:data-platform"],
+    description=(
+        "Promotions earned by access (seed 000: STM->LTM at promotion.stm_access_threshold accesses and "
+        "importance >= promotion.stm_importance_threshold, highest decay score first within the namespace's LTM "
+        "quota) and episodic->semantic (seed 004: heavy access with high importance, >= 2 referencing "
+        "memories, or a critical/permanent tag). Idempotent: a promoted row no longer matches."
+    ),
+)
+def promotions_asset(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config = engram_config.load()
+    as_of = as_of_date(context)
+    wh = warehouse.get()
+    table = promotions(
+        wh.read_table("memories", as_of, columns=_LIFECYCLE_COLUMNS),
+        wh.read_table("decay_scores", as_of),
+        wh.read_table("links", as_of),
+        config,
+    )
+    intents = promotion_intents(table)
+    wh.write_table("promotions", as_of, table)
+    wh.write_proposals("promotions", as_of, intents)
+    return dg.MaterializeResult(
+        metadata={
+            **standard(PROMOTION_SCHEMA, table.num_rows),
+            "by_promotion": dg.MetadataValue.json(_counts(table, "promotion")),
+            "transitions": intents.num_rows,
+            "sample": sample_markdown(table, ["id", "namespace", "promotion", "to", "reason"]),
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=as_of_partitions,
+    deps=["memory_snapshot", decay_scores_asset],
+    group_name="analysis",
+    kinds={"duckdb", "parquet"},
+    owners=["team:data-platform"],
+    description=(
+        "Retention zones (seed 001): Active -> Archived (low decay score and old, unused past the archive age, "
+        "or tagged deprecated) -> PurgeQueue after the archive grace period -> purged after the purge grace "
+        "period (the apply keeps a pre-image so `engram-pipelines restore` brings a row back). Pinned rows, "
+        "blocks and superseded rows are exempt; archived rows accessed since come back. Per-namespace policies."
+    ),
+)
+def retention(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config = engram_config.load()
+    as_of = as_of_date(context)
+    wh = warehouse.get()
+    moves = retention_moves(
+        wh.read_table("memories", as_of, columns=_LIFECYCLE_COLUMNS),
+        wh.read_table("decay_scores", as_of),
+        config,
+        end_of_day(as_of),
+    )
+    intents = retention_intents(moves)
+    wh.write_table("retention", as_of, moves)
+    wh.write_proposals("retention", as_of, intents)
+    return dg.MaterializeResult(
+        metadata={
+            **standard(RETENTION_SCHEMA, moves.num_rows),
+            "by_target_zone": dg.MetadataValue.json(_counts(moves, "to_zone")),
+            "by_rule": dg.MetadataValue.json(_counts(moves, "rule")),
+            "transitions": intents.num_rows,
+            "sample": sample_markdown(moves, ["id", "namespace", "from_zone", "to_zone", "reason"]),
+        }
+    )

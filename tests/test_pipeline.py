@@ -1,0 +1,78 @@
+"""The nightly job end to end in Dagster (in-process) on the demo corpus, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engram_pipelines.demo_loader import load_demo
+from engram_pipelines.jobrunner import execute_job
+from engram_pipelines.store import open_store
+from tests.conftest import AS_OF
+
+CHECKS = {
+    "snapshot_invalid_fraction",
+    "no_destructive_op_on_pinned",
+    "nothing_across_namespaces",
+    "one_write_per_row",
+    "apply_accounting_closes",
+}
+
+
+@pytest.fixture
+def demo_store(store_url):
+    with open_store(store_url, migrate=True) as store:
+        load_demo(store, size=2_000, seed=11, as_of=AS_OF)
+    return store_url
+
+
+def test_nightly_applies_the_auto_transitions_then_a_second_run_emits_none(demo_store, tmp_path: Path):
+    warehouse = str(tmp_path / "warehouse")
+    first = execute_job("nightly", AS_OF, store=demo_store, warehouse=warehouse, config_path=None)
+    assert first["success"], first.get("error")
+    assert set(first["checks"]) == CHECKS and all(first["checks"].values())
+    steps = first["steps"]
+    assert steps["memory_snapshot"]["row_count"] == 2_000
+    assert steps["change_set"]["auto_changes"] > 0
+    assert steps["applied_changes"]["applied"] == steps["change_set"]["auto_changes"]
+    assert steps["decay_scores"]["transitions"] > 0 and steps["retention"]["transitions"] > 0
+    assert steps["promotions"]["transitions"] > 0
+    report = Path(first["report_path"]).read_text()
+    assert "Memory health report" in report and "| total |" in report
+
+    second = execute_job("nightly", AS_OF, store=demo_store, warehouse=warehouse, config_path=None)
+    assert second["success"]
+    assert second["steps"]["change_set"]["row_count"] == 0
+    assert second["steps"]["applied_changes"]["total"] == 0
+
+
+def test_pinned_rows_survive_every_step_of_the_nightly(demo_store, tmp_path: Path):
+    with open_store(demo_store) as store:
+        pinned = [r[0] for r in store.query("SELECT id FROM memories WHERE pinned = ? ORDER BY id", [True])]
+    assert pinned, "the demo corpus plants pinned memories"
+    result = execute_job("nightly", AS_OF, store=demo_store, warehouse=str(tmp_path / "wh"), config_path=None)
+    assert result["success"]
+    with open_store(demo_store) as store:
+        rows = store.read_memories(pinned)
+    assert len(rows) == len(pinned)
+    assert all(r["zone"] == "active" and r["superseded_by"] is None and not r["stale"] for r in rows.values())
+
+
+def test_the_asset_graph_snapshot():
+    from assets.definitions import build_definitions
+
+    defs = build_definitions(store="sqlite:///:memory:", warehouse="/tmp/unused")
+    graph = defs.resolve_asset_graph()
+    snapshot = {
+        key.to_user_string(): {
+            "group": graph.get(key).group_name,
+            "deps": sorted(k.to_user_string() for k in graph.get(key).parent_keys),
+        }
+        for key in sorted(graph.get_all_asset_keys(), key=lambda k: k.to_user_string())
+    }
+    expected = json.loads((Path(__file__).parent / "data" / "asset_graph.json").read_text())
+    assert snapshot == expected, json.dumps(snapshot, indent=2)
+    checks = {c.name for c in graph.asset_check_keys}
+    assert checks == CHECKS
