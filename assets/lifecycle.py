@@ -11,9 +11,25 @@ from engram_pipelines.promotion import PROMOTION_SCHEMA, promotion_intents, prom
 from engram_pipelines.retention import RETENTION_SCHEMA, retention_intents, retention_moves
 from engram_pipelines.timestamps import end_of_day
 
-_LIFECYCLE_COLUMNS = ["id", "namespace", "tier", "kind", "content", "importance", "score", "access_count",
-                      "last_accessed_at", "created_at", "updated_at", "pinned", "stale", "tags", "zone",
-                      "zone_since", "superseded_by"]
+_LIFECYCLE_COLUMNS = [
+    "id",
+    "namespace",
+    "tier",
+    "kind",
+    "content",
+    "importance",
+    "score",
+    "access_count",
+    "last_accessed_at",
+    "created_at",
+    "updated_at",
+    "pinned",
+    "stale",
+    "tags",
+    "zone",
+    "zone_since",
+    "superseded_by",
+]
 
 
 def _counts(table, column: str) -> dict[str, int]:
@@ -139,5 +155,58 @@ def retention(
             "by_rule": dg.MetadataValue.json(_counts(moves, "rule")),
             "transitions": intents.num_rows,
             "sample": sample_markdown(moves, ["id", "namespace", "from_zone", "to_zone", "reason"]),
+        }
+    )
+
+
+class DecayPreviewConfig(dg.Config):
+    days_ahead: int = 30
+
+
+@dg.asset(
+    partitions_def=as_of_partitions,
+    deps=["memory_snapshot"],
+    group_name="reports",
+    kinds={"duckdb"},
+    owners=["team:data-platform"],
+    description=(
+        "Decay preview (seed 001): every score projected `days_ahead` (default 30) past the as-of date, writing "
+        "nothing: per namespace what would go stale, archive, queue for purge or purge, the rows about to fall "
+        "off, and the score distribution now vs then. Run it before the first retention sweep on a store you "
+        "care about, and pin what must stay. Not part of the nightly job; materialise it on demand."
+    ),
+)
+def decay_preview(
+    context: dg.AssetExecutionContext,
+    config: DecayPreviewConfig,
+    warehouse: WarehouseResource,
+    engram_config: EngramConfigResource,
+) -> dg.MaterializeResult:
+    import base64
+    import datetime as dt
+
+    from engram_pipelines.decay_preview import preview_decay, score_distribution_png
+
+    settings = engram_config.load()
+    as_of = as_of_date(context)
+    wh = warehouse.get()
+    now = end_of_day(as_of)
+    preview = preview_decay(
+        wh.read_table("memories", as_of, columns=_LIFECYCLE_COLUMNS),
+        settings,
+        now,
+        now + dt.timedelta(days=config.days_ahead),
+    )
+    png = score_distribution_png(preview, settings.decay.stale_threshold)
+    reports = wh.reports_dir(as_of)
+    (reports / "decay-preview.md").write_text(preview.markdown())
+    (reports / "decay-preview.png").write_bytes(png)
+    chart = f"![score distribution](data:image/png;base64,{base64.b64encode(png).decode()})"
+    return dg.MaterializeResult(
+        metadata={
+            "totals": dg.MetadataValue.json(preview.totals()),
+            "preview": dg.MetadataValue.md(preview.markdown()),
+            "score_distribution": dg.MetadataValue.md(chart),
+            "chart_path": dg.MetadataValue.path(str(reports / "decay-preview.png")),
         }
     )

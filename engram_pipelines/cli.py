@@ -338,6 +338,71 @@ def print_summary(summary: dict[str, Any]) -> None:
         err_console.print(f"[red]{summary['error']}[/]")
 
 
+@main.command(name="preview-decay")
+@click.option("--at", "at", required=True, help="The future date to project scores to (YYYY-MM-DD).")
+@click.option("--as-of", "as_of", help="The snapshot to start from (default today; taken if missing).")
+@click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), help="Write preview.md and the chart here."
+)
+@common_options
+@json_option
+@friendly_errors
+def preview_decay_cmd(
+    at: str,
+    as_of: str | None,
+    out: Path | None,
+    store_arg: str | None,
+    warehouse: str | None,
+    config_path: str | None,
+    as_json: bool,
+) -> None:
+    """Project every decay score to a future date: what would go stale, archive or purge. Writes nothing.
+
+    \b
+    Example:
+      engram-pipelines preview-decay --at 2027-01-01 --out preview/
+    """
+    from engram_pipelines.decay_preview import preview_decay, score_distribution_png
+    from engram_pipelines.progress import BarProgress
+    from engram_pipelines.snapshot import take_snapshot
+    from engram_pipelines.timestamps import end_of_day
+    from engram_pipelines.warehouse import Warehouse
+
+    config = load_config(config_path)
+    day, target = parse_date(as_of), parse_date(at)
+    wh = Warehouse(warehouse_path(warehouse))
+    if not wh.has_table("memories", day):
+        with opened(store_arg) as store:
+            take_snapshot(store, wh, day, embedding_dim=config.snapshot.embedding_dim, progress=BarProgress())
+    preview = preview_decay(wh.read_table("memories", day), config, end_of_day(day), end_of_day(target))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "preview.md").write_text(preview.markdown())
+        (out / "score-distribution.png").write_bytes(
+            score_distribution_png(preview, config.decay.stale_threshold)
+        )
+    emit(preview.as_dict(), as_json)
+    if not as_json:
+        totals = preview.totals()
+        console.print(
+            f"[bold]decay preview[/] {day} -> {target}: [yellow]{totals['newly_stale']} newly stale[/], "
+            f"{totals['would_archive']} would archive, {totals['would_queue_for_purge']} would queue for purge, "
+            f"[red]{totals['would_purge']} would purge[/]"
+        )
+        table = Table("namespace", "rows", "newly stale", "archive", "queue", "purge")
+        for row in preview.per_namespace:
+            table.add_row(
+                row["namespace"],
+                *(
+                    str(row[k])
+                    for k in ("rows", "newly_stale", "would_archive", "would_queue_for_purge", "would_purge")
+                ),
+            )
+        console.print(table)
+        if out is not None:
+            console.print(f"report and chart written to {out}")
+
+
 # -- change sets ------------------------------------------------------------------------------------------
 @main.group()
 def changes() -> None:
@@ -459,7 +524,9 @@ def _referenced_ids(rows: list[dict[str, Any]]) -> list[str]:
     for row in rows:
         patch = json.loads(row["patch"])
         if isinstance(patch, dict):
-            ids.update(patch[k] for k in ("superseded_by", "src_id", "dst_id") if isinstance(patch.get(k), str))
+            ids.update(
+                patch[k] for k in ("superseded_by", "src_id", "dst_id") if isinstance(patch.get(k), str)
+            )
         ids.update(i["params"]["with"] for i in json.loads(row["intents"]) if i["op"] == "flag_contradiction")
     return sorted(ids)
 

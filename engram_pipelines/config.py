@@ -358,7 +358,9 @@ def _validated(data: dict[str, Any]) -> Config:
             where = ".".join(str(p) for p in err["loc"]) or "config"
             message = err["msg"].removeprefix("Value error, ")
             # Our own validators already name the setting; pydantic's messages need the location.
-            problems.append(message if message.startswith(where.split(".")[0] + ".") else f"{where}: {message}")
+            problems.append(
+                message if message.startswith(where.split(".")[0] + ".") else f"{where}: {message}"
+            )
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems)) from None
 
 

@@ -30,14 +30,28 @@ DECAY_SCHEMA = pa.schema(
         pa.field("previous_score", pa.float64()),
         pa.field("stale_before", pa.bool_(), nullable=False),
         pa.field("stale_after", pa.bool_(), nullable=False),
-        pa.field("outcome", pa.string(), nullable=False),  # ok | stale | recovered | became_stale | pinned | exempt
+        pa.field(
+            "outcome", pa.string(), nullable=False
+        ),  # ok | stale | recovered | became_stale | pinned | exempt
         pa.field("review_interval_days", pa.float64()),
         pa.field("reasons", pa.string(), nullable=False),
     ]
 )
 
-_COLUMNS = ["id", "namespace", "kind", "content", "importance", "score", "access_count", "last_accessed_at",
-            "created_at", "pinned", "stale", "tags"]
+_COLUMNS = [
+    "id",
+    "namespace",
+    "kind",
+    "content",
+    "importance",
+    "score",
+    "access_count",
+    "last_accessed_at",
+    "created_at",
+    "pinned",
+    "stale",
+    "tags",
+]
 
 
 def _sql_list(values: list[str]) -> str:
@@ -52,10 +66,13 @@ def _word_regex(words: list[str]) -> str:
 
 def _engram_sql(cfg: DecayConfig) -> str:
     p = cfg.engram
-    cues = " + ".join(
-        f"CASE WHEN regexp_matches(lower(content), '{_word_regex(rule.words)}') THEN {rule.weight} ELSE 0 END"
-        for rule in p.cues
-    ) or "0"
+    cues = (
+        " + ".join(
+            f"CASE WHEN regexp_matches(lower(content), '{_word_regex(rule.words)}') THEN {rule.weight} ELSE 0 END"
+            for rule in p.cues
+        )
+        or "0"
+    )
     tag_cue = f"CASE WHEN list_has_any(tag_list, {_sql_list(p.cue_tags)}) THEN {p.cue_tag_weight} ELSE 0 END"
     raw = (
         f"({p.base} + least({p.access_boost_cap}, {p.access_boost_per_log2} * log2(access_count + 1)) "
@@ -75,13 +92,17 @@ def _ebbinghaus_lambda_sql(cfg: DecayConfig) -> str:
     for kind, half_life in sorted(p.kind_half_life_days.items()):
         lam = math.log(2) / half_life if half_life > 0 and math.isfinite(half_life) else 0.0
         cases.append(f"WHEN kind = '{kind}' THEN {lam!r}")
-    default = math.log(2) / p.half_life_days if p.half_life_days > 0 and math.isfinite(p.half_life_days) else 0.0
+    default = (
+        math.log(2) / p.half_life_days if p.half_life_days > 0 and math.isfinite(p.half_life_days) else 0.0
+    )
     return f"(CASE {' '.join(cases)} ELSE {default!r} END)"
 
 
 def _ebbinghaus_sql(cfg: DecayConfig) -> str:
     p = cfg.ebbinghaus
-    bonus = f"CASE WHEN access_count > 0 THEN 1 + log10(access_count + 1) * ({p.repetition_boost} - 1) ELSE 1 END"
+    bonus = (
+        f"CASE WHEN access_count > 0 THEN 1 + log10(access_count + 1) * ({p.repetition_boost} - 1) ELSE 1 END"
+    )
     raw = (
         f"greatest(importance * exp(-lam * age_created_days) * ({bonus}), importance * {p.floor_multiplier})"
     )
@@ -179,18 +200,22 @@ def decay_intents(scores: pa.Table) -> pa.Table:
         FROM scores WHERE stale_after <> stale_before ORDER BY id
         """
     ).fetchall()
-    return intents_table(
-        [
-            {
-                "namespace": namespace,
-                "target_id": memory_id,
-                "op": op,
-                "params": {"score": round(score, 6) if score is not None else None},
-                "reason": reasons,
-                "evidence": {"rule": "decay", "policy": policy, "decay_score": score, "age_days": age},
-                "source": "decay_scores",
-                "review_class": "auto",
-            }
-            for namespace, memory_id, score, reasons, policy, age, op in rows
-        ]
-    ) if rows else INTENT_SCHEMA.empty_table()
+    return (
+        intents_table(
+            [
+                {
+                    "namespace": namespace,
+                    "target_id": memory_id,
+                    "op": op,
+                    "params": {"score": round(score, 6) if score is not None else None},
+                    "reason": reasons,
+                    "evidence": {"rule": "decay", "policy": policy, "decay_score": score, "age_days": age},
+                    "source": "decay_scores",
+                    "review_class": "auto",
+                }
+                for namespace, memory_id, score, reasons, policy, age, op in rows
+            ]
+        )
+        if rows
+        else INTENT_SCHEMA.empty_table()
+    )

@@ -487,7 +487,9 @@ CONTROLS = (
         "elaboration",
         "same",
     ),
-    _conflict("pronoun", "{P} lives in {V}.", "They live in {U} now (note {N}).", "{P}", CITIES, "pronoun_subject"),
+    _conflict(
+        "pronoun", "{P} lives in {V}.", "They live in {U} now (note {N}).", "{P}", CITIES, "pronoun_subject"
+    ),
 )
 
 SINGLES = {
@@ -567,7 +569,7 @@ def parse_note(note: str) -> dict[str, str]:
 
 @dataclass
 class _Groups:
-    """Planted groups of one kind: plan rows per member slot (-1 pads), namespace, subject ordinal."""
+    """Planted groups of one kind: plan rows per member slot (-1 pads), namespaces, ordinal and number."""
 
     rows: np.ndarray  # (G, S) int64
     size: np.ndarray  # (G,)
@@ -668,6 +670,7 @@ class _Plan:
         updated_age: np.ndarray | None = None,
     ) -> None:
         count = len(src)
+        traversed = np.full(count, np.nan) if traversed_age is None else np.asarray(traversed_age, np.float64)
         self.links.append(
             {
                 "src": np.asarray(src, np.int64),
@@ -677,9 +680,7 @@ class _Plan:
                 "origin": np.full(count, origin, dtype=object),
                 "created_age": np.asarray(created_age, np.float64),
                 "updated_age": np.asarray(created_age if updated_age is None else updated_age, np.float64),
-                "traversed_age": np.full(count, np.nan)
-                if traversed_age is None
-                else np.asarray(traversed_age),
+                "traversed_age": traversed,
             }
         )
 
@@ -694,14 +695,16 @@ def _flavor(namespace: str) -> str:
 
 
 def _person(ordinal: int) -> str:
-    """The person of a planted group, unique per ordinal: 'Alice Novak', then 'Alice Novak-Okafor' (125k
-    names), then middle initials."""
+    """The person of a planted group, unique per ordinal: 'Alice Novak', then double-barrelled surnames
+    ('Alice Novak-Okafor', 125k names in all, enough for 1M rows), then middle initials, then numbers."""
     first, last = FIRST[ordinal % len(FIRST)], ordinal // len(FIRST) % len(LAST)
     second = ordinal // (len(FIRST) * len(LAST)) % len(LAST)
     initial = ordinal // (len(FIRST) * len(LAST) * len(LAST))
     surname = LAST[last] if second == 0 else f"{LAST[last]}-{LAST[(last + second) % len(LAST)]}"
-    middle = "" if initial == 0 else f" {chr(64 + (initial - 1) % 26 + 1)}." + "'" * ((initial - 1) // 26)
-    return f"{first}{middle} {surname}"
+    if initial == 0:
+        return f"{first} {surname}"
+    suffix = "" if initial <= 26 else f" {(initial - 1) // 26 + 1}"
+    return f"{first} {chr(65 + (initial - 1) % 26)}. {surname}{suffix}"
 
 
 def _project(ordinal: int) -> str:
@@ -716,7 +719,7 @@ def _group_slots(
     values: Sequence[str] | np.ndarray | None = None,
     projects: list[str] | None = None,
 ) -> dict[str, np.ndarray]:
-    """One value per group for every slot; subjects (P, X) unique within the group's namespace."""
+    """One value per group for every slot; the subjects (P, X) belong to this group alone."""
     size = len(groups)
     slots = {
         "P": np.asarray([_person(int(k)) for k in groups.ordinal], dtype=object),
@@ -1875,7 +1878,9 @@ _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 def _hex8(values: np.ndarray) -> pa.Array:
     """uint32 values as 8 lower-case hex digits, without a Python loop."""
-    chars = _HEX[(values.astype(np.uint64)[:, None] >> np.arange(28, -4, -4, dtype=np.uint64)) & np.uint64(15)]
+    chars = _HEX[
+        (values.astype(np.uint64)[:, None] >> np.arange(28, -4, -4, dtype=np.uint64)) & np.uint64(15)
+    ]
     return pa.array(np.ascontiguousarray(chars).view("S8").ravel(), pa.binary(8)).cast(pa.string())
 
 
@@ -1915,7 +1920,9 @@ def _metadata(plan: _Plan, order: np.ndarray) -> pa.Array:
     project_part = pc.binary_join_element_wise('"project_id": "', project, '"', "")
     source_part = pa.array([f'"source": "{s}"' for s in SOURCES]).take(pa.array(plan.source[order]))
     extra = pa.array(plan.extra[order], pa.string())
-    inner = pc.binary_join_element_wise(conv_part, project_part, source_part, extra, ", ", null_handling="skip")
+    inner = pc.binary_join_element_wise(
+        conv_part, project_part, source_part, extra, ", ", null_handling="skip"
+    )
     return pc.binary_join_element_wise("{", inner, "}", "")
 
 

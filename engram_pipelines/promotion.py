@@ -38,8 +38,12 @@ def _sql_list(values: list[str]) -> str:
 def promotions(memories: pa.Table, scores: pa.Table, links: pa.Table, config: Config) -> pa.Table:
     """Every promotion the rules grant, with its reason (and its quota rank for tier promotions)."""
     con = duckdb.connect()
-    con.register("memories", memories.select(["id", "namespace", "tier", "kind", "importance", "access_count",
-                                               "zone", "superseded_by", "tags"]))
+    con.register(
+        "memories",
+        memories.select(
+            ["id", "namespace", "tier", "kind", "importance", "access_count", "zone", "superseded_by", "tags"]
+        ),
+    )
     con.register("scores", scores.select(["id", "score"]))
     con.register("links", links.select(["dst_id", "kind"]))
     kinds = _sql_list(list(REFERENCE_LINK_KINDS))
@@ -63,16 +67,14 @@ def promotions(memories: pa.Table, scores: pa.Table, links: pa.Table, config: Co
         parts.append(con.sql(_kind_sql(effective, f"group_{index}")).to_arrow_table())
     if not parts:
         return PROMOTION_SCHEMA.empty_table()
-    return pa.concat_tables([p.cast(PROMOTION_SCHEMA) for p in parts]).sort_by([("promotion", "ascending"),
-                                                                             ("id", "ascending")])
+    return pa.concat_tables([p.cast(PROMOTION_SCHEMA) for p in parts]).sort_by(
+        [("promotion", "ascending"), ("id", "ascending")]
+    )
 
 
 def _tier_sql(config: Config, group: str) -> str:
     p = config.promotion
-    quota = (
-        "TRUE" if p.ltm_quota is None
-        else f"rank <= greatest(0, {p.ltm_quota} - coalesce(ltm.n, 0))"
-    )
+    quota = "TRUE" if p.ltm_quota is None else f"rank <= greatest(0, {p.ltm_quota} - coalesce(ltm.n, 0))"
     return f"""
     WITH ltm AS (SELECT namespace, count(*) AS n FROM memories WHERE tier = 'ltm' GROUP BY namespace),
     candidates AS (

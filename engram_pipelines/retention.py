@@ -87,9 +87,25 @@ def _group_sql(config: Config, group: str, as_of: dt.datetime) -> str:
 def retention_moves(memories: pa.Table, scores: pa.Table, config: Config, as_of: dt.datetime) -> pa.Table:
     """Every zone transition due as of `as_of`, with its rule and reason."""
     con = duckdb.connect()
-    con.register("memories", memories.select(["id", "namespace", "kind", "zone", "zone_since", "updated_at",
-                                               "created_at", "last_accessed_at", "access_count", "pinned", "tags",
-                                               "superseded_by"]))
+    con.register(
+        "memories",
+        memories.select(
+            [
+                "id",
+                "namespace",
+                "kind",
+                "zone",
+                "zone_since",
+                "updated_at",
+                "created_at",
+                "last_accessed_at",
+                "access_count",
+                "pinned",
+                "tags",
+                "superseded_by",
+            ]
+        ),
+    )
     con.register("scores", scores.select(["id", "score"]))
     namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories").fetchall()]
     parts = []
@@ -110,7 +126,9 @@ def retention_intents(moves: pa.Table) -> pa.Table:
                 "namespace": row["namespace"],
                 "target_id": row["id"],
                 "op": "purge" if row["to_zone"] == "purged" else "move_zone",
-                "params": {} if row["to_zone"] == "purged" else {"from": row["from_zone"], "to": row["to_zone"]},
+                "params": {}
+                if row["to_zone"] == "purged"
+                else {"from": row["from_zone"], "to": row["to_zone"]},
                 "reason": row["reason"],
                 "evidence": {"rule": f"retention:{row['rule']}", "decay_score": row["score"]},
                 "source": "retention",

@@ -53,15 +53,21 @@ def test_review_cycle_from_the_command_line(store_url, tmp_path):
         store.insert_memories([memory(1, tags=["a"]), memory(2, tags=["b"])])
         from engram_pipelines.warehouse import Warehouse
 
-        cs = propose(store, Warehouse(tmp_path / "wh"), [
-            {**intent("m2", "supersede", klass="gated", by="m1"), "cluster_id": "c1"},
-            {**intent("m1", "union_tags", klass="gated", tags=["b"]), "cluster_id": "c1"},
-        ], klass="gated")
+        cs = propose(
+            store,
+            Warehouse(tmp_path / "wh"),
+            [
+                {**intent("m2", "supersede", klass="gated", by="m1"), "cluster_id": "c1"},
+                {**intent("m1", "union_tags", klass="gated", tags=["b"]), "cluster_id": "c1"},
+            ],
+            klass="gated",
+        )
     code, out = run("changes", "list", "--store", store_url, "--json")
     assert [r["status"] for r in json.loads(out)] == ["proposed"]
     html = tmp_path / "review.html"
-    code, out = run("changes", "show", cs, "--store", store_url, "--html", str(html), "--markdown",
-                    str(tmp_path / "r.md"))
+    code, out = run(
+        "changes", "show", cs, "--store", store_url, "--html", str(html), "--markdown", str(tmp_path / "r.md")
+    )
     page = html.read_text()
     assert code == 0 and "canonical" in page and "memory number 2" in page and f"approve {cs}" in page
     code, out = run("apply", cs, "--store", store_url)
@@ -96,4 +102,6 @@ def test_a_missing_migration_and_an_inverted_threshold_are_named(tmp_path, monke
     assert code == 1 and "engram-pipelines init" in out
     monkeypatch.setenv("MEMORY_CONSOLIDATION_MERGE_THRESHOLD", "0.99")
     code, out = run("init", "--store", f"sqlite:///{tmp_path}/fresh.db")
-    assert code == 1 and "similarity.merge_threshold (0.99) must be below similarity.duplicate_threshold" in out
+    assert (
+        code == 1 and "similarity.merge_threshold (0.99) must be below similarity.duplicate_threshold" in out
+    )

@@ -24,7 +24,9 @@ def test_engram_plain_note(age, expected):
 
 
 def test_engram_age_runs_from_the_last_access_and_access_boosts():
-    got = scores_of([{"created_at": days_ago(100), "last_accessed_at": days_ago(14), "access_count": 3}])["m0"]
+    got = scores_of([{"created_at": days_ago(100), "last_accessed_at": days_ago(14), "access_count": 3}])[
+        "m0"
+    ]
     assert got["score"] == pytest.approx((0.35 + 0.04 * math.log2(4)) * 0.5)
 
 
@@ -76,10 +78,20 @@ def test_ebbinghaus_policy_floor_bonus_and_kinds():
 
 def test_ebbinghaus_infinite_or_non_positive_half_life_never_decays():
     config = Config.model_validate(
-        {"decay": {"policy": "ebbinghaus", "ebbinghaus": {"kind_half_life_days": {"episodic": math.inf, "semantic": 0}}}}
+        {
+            "decay": {
+                "policy": "ebbinghaus",
+                "ebbinghaus": {"kind_half_life_days": {"episodic": math.inf, "semantic": 0}},
+            }
+        }
     )
-    got = scores_of([{"importance": 0.7, "created_at": days_ago(500)},
-                     {"importance": 0.7, "created_at": days_ago(500), "kind": "semantic"}], config)
+    got = scores_of(
+        [
+            {"importance": 0.7, "created_at": days_ago(500)},
+            {"importance": 0.7, "created_at": days_ago(500), "kind": "semantic"},
+        ],
+        config,
+    )
     assert got["m0"]["score"] == pytest.approx(0.7) and got["m1"]["score"] == pytest.approx(0.7)
 
 
@@ -118,3 +130,25 @@ def test_seed_environment_variables_override_the_file(tmp_path):
     path.write_text("decay:\n  engram:\n    half_life_days: 3\n  stale_threshold: 0.2\n")
     config = load_config(path, env={"MEMORY_IMPORTANCE_HALF_LIFE_DAYS": "7"})
     assert config.decay.engram.half_life_days == 7 and config.decay.stale_threshold == 0.2
+
+
+def test_decay_preview_projects_without_writing(tmp_path):
+    import datetime as dt
+
+    from engram_pipelines.decay_preview import preview_decay, score_distribution_png
+
+    rows = [
+        {"created_at": days_ago(2), "access_count": 1, "last_accessed_at": days_ago(1)},
+        {"created_at": days_ago(10)},
+        {"created_at": days_ago(2), "pinned": True},
+        {"zone": "purge_queue", "zone_since": days_ago(20), "created_at": days_ago(90)},
+    ]
+    preview = preview_decay(snapshot(rows), Config(), AS_OF, AS_OF + dt.timedelta(days=30))
+    totals = preview.totals()
+    assert totals == {"newly_stale": 1, "would_archive": 2, "would_queue_for_purge": 0, "would_purge": 1}
+    assert {r["id"] for r in preview.falling_off} == {"m0", "m1", "m3"}
+    assert "m2" not in preview.markdown()
+    png = score_distribution_png(preview, 0.3)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="must be after"):
+        preview_decay(snapshot(rows), Config(), AS_OF, AS_OF)

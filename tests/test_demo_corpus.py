@@ -270,7 +270,9 @@ def test_truth_groups_live_in_one_namespace(corpus: DemoCorpus) -> None:
 def test_content_is_unique_except_planted_copies(corpus: DemoCorpus) -> None:
     v = view(corpus)
     copies = {x for t in v.groups("exact_duplicate") for x in t["ids"]}
-    copies |= {x for t in v.groups("cross_namespace_twin") if "exact_content=yes" in t["note"] for x in t["ids"]}
+    copies |= {
+        x for t in v.groups("cross_namespace_twin") if "exact_content=yes" in t["note"] for x in t["ids"]
+    }
     repeated = {text for text, count in Counter(v.content).items() if count > 1}
     assert {v.ids[i] for i, text in enumerate(v.content) if text in repeated} == copies
 
@@ -281,7 +283,9 @@ def test_background_reads_like_memories_and_plants_no_relations(small: DemoCorpu
     background = [text for x, text in zip(v.ids, v.content, strict=True) if x not in planted]
     assert len(background) > 600
     assert not [text for text in background if RELATIONAL.search(text)]
-    assert all(len(text.split()) >= 4 and text[0].isupper() and text.endswith((".", ")")) for text in v.content)
+    assert all(
+        len(text.split()) >= 4 and text[0].isupper() and text.endswith((".", ")")) for text in v.content
+    )
     words = Counter(w.lower().strip(".,()") for text in v.content for w in text.split())
     assert {"decision", "incident", "release"} & set(words)
 
@@ -327,7 +331,9 @@ def test_promotion_candidates_and_non_candidates(corpus: DemoCorpus) -> None:
     promotable = {v.ids[i] for i in np.flatnonzero((tier == "stm") & (access >= 3) & (importance >= 0.5))}
     assert promotable == {t["ids"][0] for t in v.groups("promotable_stm")}
     hot = (kind == "episodic") & (access > 10) & (importance > 0.8)
-    inbound = Counter(corpus.links.filter(pa.compute.equal(corpus.links["kind"], "associated"))["dst_id"].to_pylist())
+    inbound = Counter(
+        corpus.links.filter(pa.compute.equal(corpus.links["kind"], "associated"))["dst_id"].to_pylist()
+    )
     tags = m.column("tags").to_pylist()
     candidates = {
         v.ids[i]
@@ -372,7 +378,9 @@ def test_links_garbage_and_temporal_truth(corpus: DemoCorpus) -> None:
                                                                            and link["dst_id"] in v.row)}  # fmt: skip
     assert dangling == {tuple(t["ids"]) for t in v.groups("dangling_link")}
     keys = Counter((link["src_id"], link["dst_id"], link["kind"]) for link in links)
-    assert {k[:2] for k, count in keys.items() if count > 1} == {tuple(t["ids"]) for t in v.groups("duplicate_link")}
+    assert {k[:2] for k, count in keys.items() if count > 1} == {
+        tuple(t["ids"]) for t in v.groups("duplicate_link")
+    }
     for link in links:
         assert link["created_at"] <= link["updated_at"] < end_of_day(AS_OF)
         assert link["traversed_at"] is None or link["traversed_at"] >= link["created_at"]

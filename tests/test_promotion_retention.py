@@ -13,8 +13,20 @@ from tests.lifecycle_helpers import AS_OF, days_ago, snapshot
 
 
 def _links(pairs: list[tuple[str, str, str]]) -> pa.Table:
-    rows = [{"namespace": "ns1", "src_id": s, "dst_id": d, "kind": k, "weight": 1.0, "origin": "agent",
-             "created_at": AS_OF, "updated_at": AS_OF, "traversed_at": None} for s, d, k in pairs]
+    rows = [
+        {
+            "namespace": "ns1",
+            "src_id": s,
+            "dst_id": d,
+            "kind": k,
+            "weight": 1.0,
+            "origin": "agent",
+            "created_at": AS_OF,
+            "updated_at": AS_OF,
+            "traversed_at": None,
+        }
+        for s, d, k in pairs
+    ]
     return pa.Table.from_pylist(rows, schema=records.LINK_SCHEMA)
 
 
@@ -26,13 +38,15 @@ def _promote(rows, config=None, links=()):
 
 
 def test_stm_to_ltm_needs_access_and_importance():
-    got = _promote([
-        {"access_count": 3, "importance": 0.5},
-        {"access_count": 2, "importance": 0.9},
-        {"access_count": 5, "importance": 0.4},
-        {"access_count": 5, "importance": 0.9, "tier": "ltm"},
-        {"access_count": 5, "importance": 0.9, "superseded_by": "m0"},
-    ])
+    got = _promote(
+        [
+            {"access_count": 3, "importance": 0.5},
+            {"access_count": 2, "importance": 0.9},
+            {"access_count": 5, "importance": 0.4},
+            {"access_count": 5, "importance": 0.9, "tier": "ltm"},
+            {"access_count": 5, "importance": 0.9, "superseded_by": "m0"},
+        ]
+    )
     assert list(got) == [("m0", "tier")]
     assert "accessed 3x" in got[("m0", "tier")]["reason"]
 
@@ -76,16 +90,27 @@ def _moves(rows, config=None):
 
 
 def test_zone_transitions_and_grace_periods():
-    got = _moves([
-        {"created_at": days_ago(45), "access_count": 1, "last_accessed_at": days_ago(40)},  # low score, old
-        {"created_at": days_ago(31), "content": "decision on the incident before the release"},  # unused
-        {"created_at": days_ago(1), "tags": ["deprecated"]},
-        {"zone": "archived", "zone_since": days_ago(31), "created_at": days_ago(90)},
-        {"zone": "archived", "zone_since": days_ago(5), "created_at": days_ago(90)},
-        {"zone": "purge_queue", "zone_since": days_ago(31), "created_at": days_ago(120)},
-        {"created_at": days_ago(2)},
-        {"zone": "archived", "zone_since": days_ago(10), "last_accessed_at": days_ago(1), "created_at": days_ago(90)},
-    ])
+    got = _moves(
+        [
+            {
+                "created_at": days_ago(45),
+                "access_count": 1,
+                "last_accessed_at": days_ago(40),
+            },  # low score, old
+            {"created_at": days_ago(31), "content": "decision on the incident before the release"},  # unused
+            {"created_at": days_ago(1), "tags": ["deprecated"]},
+            {"zone": "archived", "zone_since": days_ago(31), "created_at": days_ago(90)},
+            {"zone": "archived", "zone_since": days_ago(5), "created_at": days_ago(90)},
+            {"zone": "purge_queue", "zone_since": days_ago(31), "created_at": days_ago(120)},
+            {"created_at": days_ago(2)},
+            {
+                "zone": "archived",
+                "zone_since": days_ago(10),
+                "last_accessed_at": days_ago(1),
+                "created_at": days_ago(90),
+            },
+        ]
+    )
     assert {k: (v["to_zone"], v["rule"]) for k, v in got.items()} == {
         "m0": ("archived", "low_score"),
         "m1": ("archived", "unused"),
@@ -94,24 +119,37 @@ def test_zone_transitions_and_grace_periods():
         "m5": ("purged", "purge_grace"),
         "m7": ("active", "accessed"),
     }
-    ops = {i["target_id"]: i["op"] for i in retention_intents(pa.Table.from_pylist(list(got.values()))).to_pylist()}
+    ops = {
+        i["target_id"]: i["op"]
+        for i in retention_intents(pa.Table.from_pylist(list(got.values()))).to_pylist()
+    }
     assert ops["m5"] == "purge" and ops["m0"] == "move_zone"
 
 
 def test_per_namespace_grace_periods():
     config = Config.model_validate({"namespaces": {"research": {"retention": {"archive_grace_days": 180}}}})
-    got = _moves([
-        {"zone": "archived", "zone_since": days_ago(60), "created_at": days_ago(90)},
-        {"namespace": "research", "zone": "archived", "zone_since": days_ago(60), "created_at": days_ago(90)},
-    ], config)
+    got = _moves(
+        [
+            {"zone": "archived", "zone_since": days_ago(60), "created_at": days_ago(90)},
+            {
+                "namespace": "research",
+                "zone": "archived",
+                "zone_since": days_ago(60),
+                "created_at": days_ago(90),
+            },
+        ],
+        config,
+    )
     assert list(got) == ["m0"]
 
 
 def test_pinned_blocks_and_superseded_rows_are_exempt():
-    got = _moves([
-        {"created_at": days_ago(400), "pinned": True, "tags": ["deprecated"]},
-        {"created_at": days_ago(400), "kind": "block"},
-        {"zone": "purge_queue", "zone_since": days_ago(300), "pinned": True, "created_at": days_ago(400)},
-        {"created_at": days_ago(400), "superseded_by": "m0"},
-    ])
+    got = _moves(
+        [
+            {"created_at": days_ago(400), "pinned": True, "tags": ["deprecated"]},
+            {"created_at": days_ago(400), "kind": "block"},
+            {"zone": "purge_queue", "zone_since": days_ago(300), "pinned": True, "created_at": days_ago(400)},
+            {"created_at": days_ago(400), "superseded_by": "m0"},
+        ]
+    )
     assert {k: v["to_zone"] for k, v in got.items()} == {"m2": "active"}
