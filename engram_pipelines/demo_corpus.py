@@ -13,9 +13,9 @@ memories (conversation events) written so that they plant nothing by accident:
 - vectors are a namespace topic direction plus noise orthogonal to it, so unrelated memories of one topic sit
   around 0.25-0.5 cosine and no unplanted pair reaches 0.70 (checked by the tests on whole namespaces).
 
-Planted cosines are exact by construction: a member of a group is `c * head + sqrt(1 - c^2) * w` with `w` a unit
-vector orthogonal to the head and to the other members' `w`, so member-head cosines are `c` and member-member
-cosines are `c_i * c_j`. The truth note records them (`parse_note`).
+Planted cosines are exact by construction: a member of a group is `c * head + sqrt(1 - c^2) * w` with `w` a
+unit vector orthogonal to the head and to the other members' `w`, so member-head cosines are `c` and
+member-member cosines are `c_i * c_j`. The truth note records them (`parse_note`).
 
 Timestamps lie within `HISTORY_DAYS` before the as-of instant, `end_of_day(as_of)` (the exclusive bound of the
 daily partition, see `timestamps.end_of_day`); every timestamp is strictly before it.
@@ -23,6 +23,7 @@ daily partition, see `timestamps.end_of_day`); every timestamp is strictly befor
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import itertools
@@ -65,7 +66,7 @@ TRUTH_SCHEMA = pa.schema(
     ]
 )
 
-# Planted cosine bands (inside the analyses' default thresholds with a margin, so float noise never crosses one).
+# Planted cosine bands: inside the analyses' default thresholds, with a margin float noise never crosses.
 DUPLICATE_COS = (0.975, 0.995)
 MERGE_COS = (0.86, 0.955)
 CHAIN_COS = (0.86, 0.90)  # ends: at most 0.90^2 = 0.81 < 0.85
@@ -85,15 +86,16 @@ def _words(text: str, sep: str | None = None) -> tuple[str, ...]:
 
 
 FIRST = _words(
-    "Alice Bob Carol Dana Erik Farah Gabe Hana Ivan Jade Kofi Lena Marco Nina Omar Priya Quinn Rosa Sven Tara "
-    "Umar Vera Wes Yuki Zoe Amir Bea Chen Dev Elif Femi Greta Hugo Ines Jonas Kira Luis Maya Nils Olga Pavel "
+    "Alice Bob Carol Dana Erik Farah Gabe Hana Ivan Jade Kofi Lena Marco Nina Omar Priya Quinn Rosa Sven "
+    "Tara Umar Vera Wes Yuki Zoe Amir Bea Chen Dev Elif Femi Greta Hugo Ines Jonas Kira Luis Maya Nils Olga "
+    "Pavel "
     "Rhea Sami Theo Uma Viktor Wanda Xin Yara Zane"
 )
 LAST = _words(
     "Novak Okafor Lindqvist Moreau Tanaka Costa Haddad Kowalski Brennan Iyer Fischer Silva Duarte Nakamura "
     "Petrov Reyes Adeyemi Larsen Walsh Romero Berg Castillo Dubois Eriksen Farouk Gallo Hoffmann Ito Jensen "
-    "Kaur Laine Mendes Nowak Ortiz Park Quist Rossi Sato Torres Ueda Vance Weber Xu Yilmaz Zhou Abbott Bianchi "
-    "Cruz Dahl Evans"
+    "Kaur Laine Mendes Nowak Ortiz Park Quist Rossi Sato Torres Ueda Vance Weber Xu Yilmaz Zhou Abbott "
+    "Bianchi Cruz Dahl Evans"
 )
 PROJECTS = _words(
     "Falcon Heron Orion Juniper Atlas Beacon Comet Delta Ember Fjord Granite Harbor Iris Kestrel Lumen Maple "
@@ -102,7 +104,8 @@ PROJECTS = _words(
 SERVICES = _words("billing search checkout auth ingest export reporting notifications payments")
 TEAMS = _words("platform data mobile payments infra growth security design")
 CITIES = _words(
-    "Paris Berlin Lisbon Oslo Madrid Toronto Nairobi Seoul Austin Dublin Prague Lima Osaka Zurich Warsaw Melbourne"
+    "Paris Berlin Lisbon Oslo Madrid Toronto Nairobi Seoul Austin Dublin Prague Lima Osaka Zurich Warsaw "
+    "Melbourne"
 )
 RESEARCH_TOPICS = _words(
     "retrieval augmentation, contrastive learning, sparse attention, protein folding, graph neural networks, "
@@ -293,7 +296,6 @@ PARAPHRASES_BY_FLAVOR = {
 }
 # Twins carry a project subject from a reserved range, never a person, so they collide with nothing.
 TWIN_FAMILIES = ("decision", "incident", "release")
-TWIN_PROJECT_BASE = 10_000_000
 
 OBSERVATIONS = {
     "coder": _Family(
@@ -511,7 +513,7 @@ SINGLES = {
         "{P} needs large-print documents, keep fonts at 16pt or larger (policy {N}).",
     ),
     "block": _templates(
-        "Workspace style guide {N} for {X}. Four-space indents, type hints and docstrings on public functions.",
+        "Workspace style guide {N} for {X}. Four-space indents, type hints, docstrings on public functions.",
         "Support persona {N} for {X}. Friendly, concise, no emojis, sign off with the team name.",
         "Standing instructions {N} from {P}. Summaries first, details after, always cite sources.",
     ),
@@ -670,6 +672,8 @@ class _Plan:
         updated_age: np.ndarray | None = None,
     ) -> None:
         count = len(src)
+        if count == 0:
+            return
         traversed = np.full(count, np.nan) if traversed_age is None else np.asarray(traversed_age, np.float64)
         self.links.append(
             {
@@ -717,13 +721,12 @@ def _group_slots(
     plan: _Plan,
     groups: _Groups,
     values: Sequence[str] | np.ndarray | None = None,
-    projects: list[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """One value per group for every slot; the subjects (P, X) belong to this group alone."""
     size = len(groups)
     slots = {
         "P": np.asarray([_person(int(k)) for k in groups.ordinal], dtype=object),
-        "X": np.asarray(projects or [_project(int(k)) for k in groups.ordinal], dtype=object),
+        "X": np.asarray([_project(int(k)) for k in groups.ordinal], dtype=object),
         "S": plan.pick(SERVICES, size),
         "T": plan.pick(TEAMS, size),
         "N": np.asarray([str(v) for v in groups.number], dtype=object),
@@ -796,12 +799,11 @@ def _paraphrase_base(
     *,
     exact: bool = False,
     families: np.ndarray | None = None,
-    projects: list[str] | None = None,
 ) -> None:
     """Head (slot 0) and members stating one fact: head most important and oldest, members later."""
     fam = families if families is not None else _choose(plan, groups.ns, PARAPHRASES_BY_FLAVOR)
     values = [plan.pick(PARAPHRASES[f].values, 1)[0] for f in fam]
-    slots = _group_slots(plan, groups, values, projects)
+    slots = _group_slots(plan, groups, values)
     start = plan.rng.integers(0, 6, len(groups))
     for s in range(groups.rows.shape[1]):
         variant = start if exact else (start + s) % 6
@@ -860,8 +862,8 @@ def _plant_merge_clusters(plan: _Plan, groups: _Groups) -> None:
             "merge_cluster",
             groups.ns[g],
             members,
-            "one cluster, canonical ids[0]; the others superseded_by ids[0] with a duplicate-of link and their "
-            "tags unioned onto ids[0] (review-gated)",
+            "one cluster, canonical ids[0]; the others superseded_by ids[0] with a duplicate-of link, "
+            "their tags unioned onto ids[0] (review-gated)",
             f"cos={_fmt(cos[g])}; tags_union={','.join(union)}",
         )
 
@@ -890,7 +892,7 @@ def _plant_superseded(plan: _Plan, groups: _Groups) -> None:
     plan.version[loser] = 2
     plan.updated_age[loser] = when
     plan.extra[loser] = [
-        f'"supersededReason": "consolidation: duplicate of an earlier memory", "supersededAt": "{plan.when(a)}"'
+        f'"supersededReason": "consolidation: duplicate of an older memory", "supersededAt": "{plan.when(a)}"'
         for a in when
     ]
     plan.add_links(loser, head, "duplicate-of", cos[:, 0], "consolidation", when)
@@ -923,8 +925,7 @@ def _plant_twins(plan: _Plan, groups: _Groups) -> None:
     exact = np.arange(len(groups)) % 2 == 0
     cos = np.where(exact, 1.0, plan.uniform(*DUPLICATE_COS, len(groups)))[:, None]
     families = plan.pick(TWIN_FAMILIES, len(groups))
-    projects = [_project(TWIN_PROJECT_BASE + int(k)) for k in groups.ordinal]
-    _paraphrase_base(plan, groups, cos, exact=False, families=families, projects=projects)
+    _paraphrase_base(plan, groups, cos, families=families)
     copies = groups.rows[exact]
     plan.content[copies[:, 1]] = plan.content[copies[:, 0]]
     for g in range(len(groups)):
@@ -1058,7 +1059,7 @@ def _plant_associations(plan: _Plan, groups: _Groups) -> None:
 
 
 def _plant_chains(plan: _Plan, groups: _Groups) -> None:
-    """A~B and B~C in the merge band, A~C below it; A is the most important, so A and C never share a cluster."""
+    """A~B and B~C in the merge band, A~C below it; A is the most important: A and C never share a cluster."""
     names = _choose(plan, groups.ns, CHAINS_BY_FLAVOR)
     slots = _group_slots(plan, groups)
     for s in range(3):
@@ -1078,13 +1079,13 @@ def _plant_chains(plan: _Plan, groups: _Groups) -> None:
             "chain",
             groups.ns[g],
             groups.rows[g, :3],
-            "never one cluster: ids[0] and ids[2] are below the merge threshold (ids[1] may merge into ids[0])",
+            "never one cluster: ids[0] and ids[2] are below the merge threshold (ids[1] may join ids[0])",
             f"cos={ab:.4f},{ab * cb:.4f}; cos_bc={cb:.4f}; ends={ab * cb:.4f}",
         )
 
 
 def _plant_cue_pairs(plan: _Plan, groups: _Groups) -> None:
-    """Two unrelated memories with identical age, access and importance; only ids[0] has cue words and tags."""
+    """Two unrelated memories with equal age, access and importance; only ids[0] has cue words and a tag."""
     slots = _group_slots(plan, groups)
     _render_slot(plan, groups, 0, np.full(len(groups), SINGLES["cue"][0], dtype=object), slots)
     _render_slot(plan, groups, 1, np.full(len(groups), SINGLES["plain"][0], dtype=object), slots)
@@ -1356,10 +1357,11 @@ def _plant_promotable(plan: _Plan, groups: _Groups) -> None:
 
 
 def _inbound_links(plan: _Plan, rows: np.ndarray, ns: np.ndarray, count: int) -> None:
-    """`count` associated links into each row from background rows of its namespace."""
-    lo, hi = plan.bg_range[ns, 0], plan.bg_range[ns, 1]
-    for _ in range(count):
-        src = lo + (plan.rng.random(len(rows)) * (hi - lo)).astype(np.int64)
+    """`count` associated links into each row from distinct background rows of its namespace."""
+    lo, size = plan.bg_range[ns, 0], plan.bg_range[ns, 1] - plan.bg_range[ns, 0]
+    first = (plan.rng.random(len(rows)) * size).astype(np.int64)
+    for k in range(count):
+        src = lo + (first + k) % size  # consecutive sources: distinct, so no accidental duplicate link
         created = np.minimum(plan.age[rows], plan.age[src]) * plan.uniform(0.1, 0.9, len(rows))
         plan.add_links(src, rows, "associated", plan.uniform(0.7, 0.9, len(rows)), "association", created)
 
@@ -1479,9 +1481,8 @@ KIND_SPECS = (
     _KindSpec("missing_embedding", 0.001, (1, 1), _plant_missing_embeddings),
     _KindSpec("embedding_excluded", 0.002, (2, 2), _plant_embedding_excluded),
 )
-PLANTED_FRACTION = sum(
-    spec.fraction for spec in KIND_SPECS
-)  # ~0.216 of the rows (more at tiny n: >= 1 group)
+# ~0.216 of the rows are planted (a little more at small n, where every kind gets at least one group).
+PLANTED_FRACTION = sum(spec.fraction for spec in KIND_SPECS)
 ROW_KINDS = tuple(spec.name for spec in KIND_SPECS)
 TRUTH_LINK_KINDS = ("temporal_missing", "temporal_boost", "temporal_prune", "dangling_link", "duplicate_link")
 
@@ -1500,7 +1501,7 @@ def _apportion(total: int, weights: np.ndarray) -> np.ndarray:
 
 def _namespaces(n: int, namespaces: int | None, rng: np.random.Generator) -> tuple[list[str], np.ndarray]:
     """Names and row counts: the four core namespaces, plus small tenants for large corpora."""
-    count = namespaces if namespaces is not None else 4 + max(0, -(-(n - 20_000) // TENANT_TARGET_ROWS))
+    count = namespaces if namespaces is not None else 4 + max(0, (n - 20_000) // TENANT_TARGET_ROWS)
     if count < 1:
         raise ValueError(f"namespaces must be at least 1, got {count}")
     core = min(count, len(CORE_NAMESPACES))
@@ -1578,7 +1579,7 @@ def _plant_background(plan: _Plan, start: int, counts: np.ndarray) -> None:
     plan.source[rows] = np.where(episodic, SOURCES.index("chat"), SOURCES.index("reflection"))
     stm = episodic & (plan.age[rows] < 7) & (rng.random(total) < 0.9)
     plan.tier[rows] = np.where(stm, TIERS["stm"], TIERS["ltm"])
-    # STM rows stay below the promotion thresholds and LTM rows below the semantic ones: only planted rows cross.
+    # STM rows stay below the promotion thresholds, LTM rows below the semantic ones: only planted rows cross.
     access = np.where(stm, rng.integers(0, 3, total), np.minimum(rng.geometric(0.3, total) - 1, 40))
     plan.importance[rows] = np.round(np.clip(rng.beta(2.2, 2.8, total), 0.05, 0.8), 2)
     plan.accessed(rows, access)
@@ -1754,8 +1755,8 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 def _noise(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     """Random directions, cheaply: random bytes as coordinates. Any i.i.d. coordinates give near-orthogonal
-    directions in hundreds of dimensions (the bytes' mean of -0.5 against a spread of 74 adds a shared component
-    worth ~5e-5 of cosine), and bytes cost a fifth of normal deviates at 1M x 384."""
+    directions in hundreds of dimensions (the bytes' mean of -0.5 against a spread of 74 adds a shared
+    component worth ~5e-5 of cosine), and bytes cost a fifth of normal deviates at 1M x 384."""
     return np.frombuffer(rng.bytes(shape[0] * shape[1]), np.int8).reshape(shape).astype(np.float32)
 
 
@@ -1774,8 +1775,8 @@ def _topic_mixture(
     """alpha * topic + beta * u, u the noise made orthogonal to the topic and unit (beta = sqrt(1 - alpha^2)).
 
     Orthogonal noise keeps same-topic cosines at alpha_1 * alpha_2 +- 0.04, with no tail towards 0.70. Closed
-    form, to touch the big array few times: with p = noise . topic and r = sqrt(|noise|^2 - p^2), the vector is
-    (alpha - beta * p / r) * topic + (beta / r) * noise.
+    form, to touch the big array few times: with p = noise . topic and r = sqrt(|noise|^2 - p^2), the vector
+    is (alpha - beta * p / r) * topic + (beta / r) * noise.
     """
     noise = _noise(rng, centroids.shape)
     p = np.einsum("ij,ij->i", noise, centroids)
@@ -1799,10 +1800,8 @@ def _vector_buffer(rows: int, dim: int) -> np.ndarray:
     if not hasattr(mmap, "MADV_HUGEPAGE"):
         return np.empty((rows, dim), np.float32)
     buffer = mmap.mmap(-1, size)
-    try:
+    with contextlib.suppress(OSError):  # only advice: ordinary pages work the same, slower
         buffer.madvise(mmap.MADV_HUGEPAGE)
-    except OSError:
-        pass  # only advice: ordinary pages work the same, slower
     return np.frombuffer(buffer, np.float32, count=rows * dim).reshape(rows, dim)
 
 
@@ -1834,7 +1833,7 @@ def _place_members(
     cos: np.ndarray,
     ns: np.ndarray,
 ) -> None:
-    """member = c * head + sqrt(1 - c^2) * w, the w orthonormal to the head and to each other (Gram-Schmidt)."""
+    """member = c * head + sqrt(1 - c^2) * w, the w orthonormal to the head and each other (Gram-Schmidt)."""
     latent = head < 0
     heads = np.empty((len(head), emb.shape[1]), np.float64)
     heads[~latent] = emb[position[head[~latent]]]
@@ -2066,20 +2065,34 @@ def write_jsonl(corpus: DemoCorpus, path: Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     with path.open("w", encoding="utf-8") as out:
-        for batch in corpus.memories.to_batches(max_chunksize=4_096):
+        for batch in corpus.memories.to_batches(max_chunksize=JSONL_BATCH_ROWS):
             written += _write_batch(out, batch)
     return written
 
 
+JSONL_BATCH_ROWS = 4_096
+
+
+def _vector_texts(vectors: pa.FixedSizeListArray) -> list[str | None]:
+    """Each vector as JSON array text. Nine significant digits round-trip a float32 exactly, and formatting
+    them is ~3x faster than `json.dumps` of the float64 values (which spells out 17 digits)."""
+    dim = vectors.type.list_size
+    # `values` ignores the slice offset of a batch: cut this batch's part out explicitly.
+    flat = vectors.values.slice(vectors.offset * dim, len(vectors) * dim)
+    matrix = flat.to_numpy(zero_copy_only=False).reshape(len(vectors), dim)
+    valid = np.asarray(vectors.is_valid())
+    return [
+        "[" + ",".join(map("{:.9g}".format, row.tolist())) + "]" if ok else None
+        for row, ok in zip(matrix, valid, strict=True)
+    ]
+
+
 def _write_batch(out: TextIO, batch: pa.RecordBatch) -> int:
     columns = {name: batch.column(name).to_pylist() for name in batch.schema.names if name != "embedding"}
-    vectors = batch.column("embedding")
-    dim = vectors.type.list_size
-    values = vectors.values.to_numpy(zero_copy_only=False).reshape(-1, dim) if len(vectors) else None
-    valid = np.asarray(vectors.is_valid())
+    vectors = _vector_texts(batch.column("embedding"))
     for i in range(batch.num_rows):
         metadata = json.loads(columns["metadata"][i])
-        record = {
+        before = {
             "id": columns["id"][i],
             "namespace": columns["namespace"][i],
             "tier": columns["tier"][i],
@@ -2092,11 +2105,11 @@ def _write_batch(out: TextIO, batch: pa.RecordBatch) -> int:
             "tags": json.loads(columns["tags"][i]),
             "pinned": columns["pinned"][i],
             "metadata": metadata,
-            "embedding": values[i].tolist() if valid[i] else None,
-            "embedding_model": columns["embedding_model"][i],
         }
-        for key in ("conversation_id", "project_id"):
-            if key in metadata:
-                record[key] = metadata[key]
-        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        after = {"embedding_model": columns["embedding_model"][i]}
+        after.update({key: metadata[key] for key in ("conversation_id", "project_id") if key in metadata})
+        # The embedding text is spliced in between: keys keep the documented order.
+        head = json.dumps(before, ensure_ascii=False)[:-1]
+        tail = json.dumps(after, ensure_ascii=False)[1:]
+        out.write(f'{head}, "embedding": {vectors[i] or "null"}, {tail}\n')
     return batch.num_rows

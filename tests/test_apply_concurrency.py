@@ -13,17 +13,15 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from engram_pipelines.changes.apply import apply_change_set
 from engram_pipelines.changes.registry import load_change_set
-from engram_pipelines.store import Store, VersionConflict, open_store
+from engram_pipelines.store import Store, open_store
+from engram_pipelines.testing_agents import lost_edits, run_with_agents
 from engram_pipelines.warehouse import Warehouse
 from tests.changes_helpers import intent, propose
 from tests.conftest import memory
@@ -44,83 +42,17 @@ def _change_set(store: Store, warehouse: Warehouse, n: int) -> str:
     return propose(store, warehouse, intents)
 
 
-@dataclass
-class Agent:
-    url: str
-    seed: int
-    stop: threading.Event
-    edits: list[tuple[str, str]] = field(default_factory=list)  # (id, tag) the store accepted
-    conflicts: int = 0
-    accesses: Counter[str] = field(default_factory=Counter)
-    pins: list[str] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)
-
-    def run(self, n_rows: int, max_ops: int = 100_000, max_seconds: float = 60.0) -> None:
-        rng = random.Random(self.seed)
-        deadline = time.monotonic() + max_seconds
-        with open_store(self.url) as store:
-            for op in range(max_ops):
-                if self.stop.is_set() or time.monotonic() > deadline:
-                    return
-                target = f"m{rng.randrange(n_rows)}"
-                started = time.perf_counter()
-                kind = rng.random()
-                if kind < 0.6:
-                    row = store.get(target)
-                    tag = f"agent{self.seed}-{op}"
-                    try:
-                        store.update_memory(target, row["version"], tags=[*row["tags"], tag])
-                        self.edits.append((target, tag))
-                    except VersionConflict:
-                        self.conflicts += 1
-                elif kind < 0.9:
-                    store.record_access(target)
-                    self.accesses[target] += 1
-                else:
-                    row = store.get(target)
-                    try:
-                        store.set_pinned(target, row["version"], True)
-                        self.pins.append(target)
-                    except VersionConflict:
-                        self.conflicts += 1
-                self.latencies.append(time.perf_counter() - started)
-
-
-def _run_with_agents(url: str, apply: callable) -> tuple[list[Agent], object]:
-    stop = threading.Event()
-    agents = [Agent(url, seed, stop) for seed in range(WRITERS)]
-    threads = [threading.Thread(target=a.run, args=(N_ROWS,)) for a in agents]
-    for t in threads:
-        t.start()
-    time.sleep(0.2)  # agents are writing before the apply starts
-    try:
-        outcome = apply()
-    finally:
-        time.sleep(0.1)
-        stop.set()
-        for t in threads:
-            t.join()
-    return agents, outcome
-
-
-def _lost_edits(store: Store, agents: list[Agent]) -> int:
-    rows = store.read_memories([f"m{i}" for i in range(N_ROWS)])
-    lost = sum(tag not in rows[target]["tags"] for a in agents for target, tag in a.edits)
-    accesses: Counter[str] = Counter()
-    for a in agents:
-        accesses.update(a.accesses)
-    lost += sum(rows[t]["access_count"] != n for t, n in accesses.items())
-    lost += sum(not rows[t]["pinned"] for a in agents for t in a.pins)
-    return lost
+def _ids() -> list[str]:
+    return [f"m{i}" for i in range(N_ROWS)]
 
 
 def test_no_agent_edit_is_lost_while_the_apply_runs(store, warehouse):
     _seed(store, N_ROWS)
     cs = _change_set(store, warehouse, N_ROWS)
     assert load_change_set(store, cs)[1].num_rows == N_ROWS
-    agents, result = _run_with_agents(store.url, lambda: apply_change_set(store, cs))
+    agents, result = run_with_agents(store.url, _ids(), lambda: apply_change_set(store, cs), writers=WRITERS)
     assert sum(len(a.edits) for a in agents) > 100, "the agents must really have been writing"
-    assert _lost_edits(store, agents) == 0
+    assert lost_edits(store, agents, _ids()) == 0
     assert result.accounted and result.total == N_ROWS
     assert result.applied + result.skipped_concurrent_edit + result.ineligible == N_ROWS
     assert result.retried > 0, "some changes must have met a concurrent edit"
@@ -146,8 +78,8 @@ def _unguarded_apply(store: Store, change_set_id: str) -> None:
 def test_an_unguarded_control_apply_does_lose_edits(store, warehouse):
     _seed(store, N_ROWS)
     cs = _change_set(store, warehouse, N_ROWS)
-    agents, _ = _run_with_agents(store.url, lambda: _unguarded_apply(store, cs))
-    assert _lost_edits(store, agents) > 0
+    agents, _ = run_with_agents(store.url, _ids(), lambda: _unguarded_apply(store, cs), writers=WRITERS)
+    assert lost_edits(store, agents, _ids()) > 0
 
 
 # -- crash: kill -9 in the middle, rerun, compare with an uninterrupted run ------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from engram_pipelines import demo_corpus, records
@@ -61,13 +62,15 @@ class View:
         return [values[self.row[x]].as_py() for x in ids]
 
 
-_views: dict[int, View] = {}
+_views: dict[int, tuple[DemoCorpus, View]] = {}
 
 
 def view(corpus: DemoCorpus) -> View:
-    if id(corpus) not in _views:
-        _views[id(corpus)] = View(corpus)
-    return _views[id(corpus)]
+    """The View of a corpus, built once per module-scoped corpus (the cache keeps the corpus alive)."""
+    cached = _views.get(id(corpus))
+    if cached is None or cached[0] is not corpus:
+        cached = _views[id(corpus)] = (corpus, View(corpus))
+    return cached[1]
 
 
 def note_cosines(note: str) -> list[float]:
@@ -118,8 +121,11 @@ def test_namespace_count_argument() -> None:
     assert set(one.memories.column("namespace").to_pylist()) == {"agent:coder"}
     assert "cross_namespace_twin" not in set(one.truth.column("kind").to_pylist())
     six = generate(2_000, namespaces=6)
-    assert set(six.memories.column("namespace").to_pylist()) == {*demo_corpus.CORE_NAMESPACES, "tenant:0001",
-                                                                  "tenant:0002"}  # fmt: skip
+    assert set(six.memories.column("namespace").to_pylist()) == {
+        *demo_corpus.CORE_NAMESPACES,
+        "tenant:0001",
+        "tenant:0002",
+    }
 
 
 def test_too_small_is_refused() -> None:
@@ -230,8 +236,8 @@ def test_patterns_associations_and_compression(corpus: DemoCorpus) -> None:
 def test_no_unplanted_similar_pairs(corpus: DemoCorpus) -> None:
     """Every pair at cosine >= 0.70 inside a namespace belongs to one truth group: the truth is complete.
 
-    All namespaces of the small corpus; of the large one, those of at most 3,000 rows (all-pairs products of the
-    big ones would take seconds; the 1M corpus was checked once, blockwise, when the generator was written)."""
+    All namespaces of the small corpus; of the large one, those of at most 3,000 rows: all-pairs products of
+    the big ones take seconds (the 1M corpus was checked once, blockwise, when the generator was written)."""
     v = view(corpus)
     groups_of = defaultdict(set)
     for g, t in enumerate(v.truth):
@@ -241,8 +247,7 @@ def test_no_unplanted_similar_pairs(corpus: DemoCorpus) -> None:
     same_topic = []
     sizes = Counter(v.namespace)
     limit = len(v.ids) if len(v.ids) <= 10_000 else 3_000
-    checked = [name for name, size in sizes.items() if size <= limit]
-    assert len(checked) >= 4
+    checked = [name for name, size in sizes.items() if size <= limit] or [min(sizes, key=sizes.get)]
     for name in checked:
         rows = np.flatnonzero((v.namespace == name) & v.has_vector)
         sims = v.vectors[rows] @ v.vectors[rows].T
@@ -331,9 +336,7 @@ def test_promotion_candidates_and_non_candidates(corpus: DemoCorpus) -> None:
     promotable = {v.ids[i] for i in np.flatnonzero((tier == "stm") & (access >= 3) & (importance >= 0.5))}
     assert promotable == {t["ids"][0] for t in v.groups("promotable_stm")}
     hot = (kind == "episodic") & (access > 10) & (importance > 0.8)
-    inbound = Counter(
-        corpus.links.filter(pa.compute.equal(corpus.links["kind"], "associated"))["dst_id"].to_pylist()
-    )
+    inbound = Counter(corpus.links.filter(pc.equal(corpus.links["kind"], "associated"))["dst_id"].to_pylist())
     tags = m.column("tags").to_pylist()
     candidates = {
         v.ids[i]
@@ -374,8 +377,11 @@ def test_links_garbage_and_temporal_truth(corpus: DemoCorpus) -> None:
     v = view(corpus)
     links = corpus.links.to_pylist()
     assert {link["kind"] for link in links} >= {"temporal", "associated", "duplicate-of"}
-    dangling = {(link["src_id"], link["dst_id"]) for link in links if not (link["src_id"] in v.row
-                                                                           and link["dst_id"] in v.row)}  # fmt: skip
+    dangling = {
+        (link["src_id"], link["dst_id"])
+        for link in links
+        if not (link["src_id"] in v.row and link["dst_id"] in v.row)
+    }
     assert dangling == {tuple(t["ids"]) for t in v.groups("dangling_link")}
     keys = Counter((link["src_id"], link["dst_id"], link["kind"]) for link in links)
     assert {k[:2] for k, count in keys.items() if count > 1} == {
@@ -384,8 +390,8 @@ def test_links_garbage_and_temporal_truth(corpus: DemoCorpus) -> None:
     for link in links:
         assert link["created_at"] <= link["updated_at"] < end_of_day(AS_OF)
         assert link["traversed_at"] is None or link["traversed_at"] >= link["created_at"]
-        owner = link["src_id"] if link["src_id"] in v.row else link["dst_id"]
-        assert link["namespace"] == v.namespace[v.row[owner]]
+        ends = {v.namespace[v.row[x]] for x in (link["src_id"], link["dst_id"]) if x in v.row}
+        assert ends == {link["namespace"]}, "no link crosses namespaces"
     by_pair = {(link["src_id"], link["dst_id"]): link for link in links if link["kind"] == "temporal"}
     for t in v.groups("temporal_prune"):
         assert by_pair[tuple(t["ids"])]["weight"] * 0.95 < 0.05
@@ -402,21 +408,37 @@ def test_links_garbage_and_temporal_truth(corpus: DemoCorpus) -> None:
 # -- the import file ---------------------------------------------------------------------------------------
 
 
-def test_write_jsonl_round_trips(small: DemoCorpus, tmp_path: Path) -> None:
+def test_write_jsonl_round_trips(small: DemoCorpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(demo_corpus, "JSONL_BATCH_ROWS", 300)  # several batches: sliced vectors line up
     path = tmp_path / "demo.jsonl"
     assert write_jsonl(small, path) == 1_000
     lines = path.read_text().splitlines()
     assert len(lines) == 1_000
     first = json.loads(lines[0])
-    assert list(first)[:14] == ["id", "namespace", "tier", "kind", "content", "created_at", "last_accessed_at",
-                                "importance", "access_count", "tags", "pinned", "metadata", "embedding",
-                                "embedding_model"]  # fmt: skip
+    assert list(first)[:14] == [
+        "id",
+        "namespace",
+        "tier",
+        "kind",
+        "content",
+        "created_at",
+        "last_accessed_at",
+        "importance",
+        "access_count",
+        "tags",
+        "pinned",
+        "metadata",
+        "embedding",
+        "embedding_model",
+    ]
     assert first["created_at"].endswith("Z")
     v = view(small)
-    for line in lines[:50]:
-        record = json.loads(line)
-        i = v.row[record["id"]]
+    parsed = [json.loads(line) for line in lines]
+    assert [r["id"] for r in parsed] == v.ids
+    missing = {x for t in v.groups("missing_embedding") for x in t["ids"]}
+    assert {r["id"] for r in parsed if r["embedding"] is None} == missing
+    for i, record in enumerate(parsed):
         assert record.get("conversation_id") == record["metadata"].get("conversation_id")
         assert record["content"] == v.content[i]
-        if record["embedding"] is not None:
+        if i % 7 == 0 and record["embedding"] is not None:
             assert np.array_equal(np.asarray(record["embedding"], np.float32), v.vectors[i])

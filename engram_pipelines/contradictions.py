@@ -1,0 +1,1015 @@
+"""Contradiction detection over candidate pairs (seed 000 "Contradiction policy", issue 6).
+
+Deterministic and lexical, no model. Each memory is parsed ONCE into features (`memory_features`): a negation
+flag, a change-indicator flag, the polar words present, a claim (subject, relation, value) where a relational,
+copular or assignment pattern applies, and its numbers, clock times and dates. `detect` then evaluates the
+rules over pairs with a few vectorised comparisons of those per-memory columns, so its cost per pair does not
+depend on sentence length or on how many words the rule file lists.
+
+Rules, in order; the first that fires gives `rule` and `reason` (values read older -> newer):
+
+1. negation: exactly one side negated ("not", "n't", "never", "no longer", ...). Not when both sides are claims
+   about the same subject and relation whose values are unrelated ("Alice lives in Berlin" vs "Alice doesn't
+   live in Paris" is consistent).
+2. change: a change indicator ("switched to", "now", "no longer", ...) in the newer row and not in the older.
+   Not when both are the same claim with the same (or an elaborated) value ("I use vim" -> "I now use vim").
+3. polar: one side has only the first pole of a pair (like, enable, ...) and the other only the second
+   (dislike, disable, ...), and the rest of one sentence is contained in the rest of the other.
+4. value_swap: same subject and single-valued relation (relational "X prefers|uses|lives in|works at ... Y",
+   copular "X is Y", assignment "X = Y" / "X: Y"; "my editor" = "editor"), values that differ and neither a
+   token subset of the other ("vim" vs "vim with plugins" is elaboration). Quantity-only differences are left
+   to the next two rules.
+5. numeric / 6. temporal: the same claim (or, without a claim, the same sentence) with every number, clock time
+   and date replaced by a placeholder, and different numbers ("5 people" vs "7 people") or times/dates
+   ("9am" vs "10am").
+7. explicit: the pair carries `explicit = true` (from `metadata.contradicts`, see `explicit_candidates`).
+   Reported only when no heuristic fired, and exempt from the guards: a person or agent asserted it.
+
+Guards (rules 1-6 never fire): either subject is only a pronoun ("this is fine" vs "this is terrible"), both
+sides parse into claims with different subjects or relations, both sides are negated (two denials assert no
+value), the older row has a change word too (rule 2 only). Value-swap and quantity rules also need both sides
+unnegated. Word lists and patterns live in data/contradiction_rules.yaml (`load_rules(path)` for a custom one).
+
+`rule_for_pair` is the same rules written plainly for one pair: the readable reference that the tests hold
+`detect` to, and the per-pair baseline of bench/contradictions.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import yaml
+
+DEFAULT_RULES_PATH = Path(__file__).parent / "data" / "contradiction_rules.yaml"
+
+# Rule names in firing order (explicit last: it is reported only when no heuristic explains the pair).
+RULE_ORDER = ("negation", "change", "polar", "value_swap", "numeric", "temporal", "explicit")
+
+# Structural candidates: at most this many most-recent memories per (namespace, subject, relation), so one
+# subject repeated in 10k memories yields at most K*(K-1)/2 pairs instead of 50M.
+STRUCTURAL_GROUP_LIMIT = 50
+
+# Copular and assignment claims share one relation, so "editor is vim" and "editor: emacs" are comparable.
+COPULAR_RELATION = "is"
+
+_TOKEN = re.compile(r"[\w+#]+(?:[.'\-/][\w+#]+)*")
+_PLACEHOLDERS = {"time": "<time>", "date": "<date>", "weekday": "<weekday>", "number": "<num>"}
+
+FEATURES_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("negated", pa.bool_(), nullable=False),
+        pa.field("negation_cue", pa.string()),  # the first negation found, for reasons
+        pa.field("change_word", pa.bool_(), nullable=False),
+        pa.field("change_cue", pa.string()),
+        pa.field("poles", pa.list_(pa.string())),  # polar labels present (the first form of a pair side)
+        pa.field("content_tokens", pa.list_(pa.string())),  # sentence minus poles and function words
+        pa.field("subject", pa.string()),  # normalised: lowercase, no articles or possessives
+        pa.field("relation", pa.string()),  # relation name, "is" for copular and assignment claims
+        pa.field("value", pa.string()),  # normalised value
+        pa.field("form", pa.string()),  # relational | copular | assignment
+        pa.field("value_tokens", pa.list_(pa.string())),  # value minus function words (subset checks)
+        pa.field("single_valued", pa.bool_(), nullable=False),
+        pa.field("pronoun_subject", pa.bool_(), nullable=False),
+        pa.field("claim_label", pa.string()),  # "editor" / "alice lives in", for reasons
+        pa.field("quantity_key", pa.string()),  # claim or sentence with quantities as placeholders
+        pa.field("quantity_label", pa.string()),
+        pa.field("numbers", pa.string()),  # canonical numbers, "|"-joined ("5", "2.5")
+        pa.field("numbers_text", pa.string()),  # as written, for reasons
+        pa.field("temporals", pa.string()),  # canonical times and dates ("09:00", "2026-03-01", "monday")
+        pa.field("temporals_text", pa.string()),
+        pa.field("number", pa.float64()),  # the first number
+        pa.field("unit", pa.string()),  # the word after the first number
+        pa.field("time_minutes", pa.int32()),  # the first clock time, minutes after midnight
+        pa.field("date", pa.string()),  # the first date, "YYYY-MM-DD" ("----" when the year is missing)
+    ]
+)
+
+DETECT_COLUMNS = ("left_id", "right_id", "newer_id", "older_id", "rule", "reason")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rule book
+
+
+@dataclass(frozen=True)
+class RuleBook:
+    """The compiled contents of a rules YAML file."""
+
+    source: str
+    negation: re.Pattern[str]
+    change: re.Pattern[str]
+    pole_labels_of_form: Mapping[str, tuple[str, ...]] = field(repr=False)  # "dislikes" -> ("dislike",)
+    poles_of_label: Mapping[str, tuple[tuple[int, int], ...]] = field(repr=False)  # label -> (pair, side)
+    pair_labels: tuple[tuple[str, str], ...] = field(repr=False)
+    claim_patterns: tuple[tuple[re.Pattern[str], str], ...] = field(repr=False)  # (pattern, form), in order
+    relation_of_form: Mapping[str, str] = field(repr=False)  # surface form -> relation name
+    single_valued: frozenset[str] = field(repr=False)
+    pronouns: frozenset[str] = field(repr=False)
+    possessives: frozenset[str] = field(repr=False)
+    subject_stop_phrases: tuple[tuple[str, ...], ...] = field(repr=False)
+    value_stop_phrases: tuple[tuple[str, ...], ...] = field(repr=False)
+    value_terminator: re.Pattern[str] = field(repr=False)
+    function_words: frozenset[str] = field(repr=False)
+    ignored_content_words: frozenset[str] = field(repr=False)
+    max_subject_tokens: int = 8
+    quantity: re.Pattern[str] = field(repr=False, default=re.compile(r"(?!)"))
+    quantity_kinds: Mapping[str, str] = field(repr=False, default_factory=dict)  # outer group -> kind
+    number_words: Mapping[str, float] = field(repr=False, default_factory=dict)
+    month_number: Mapping[str, int] = field(repr=False, default_factory=dict)
+    weekday_name: Mapping[str, str] = field(repr=False, default_factory=dict)
+    explicit_keys: tuple[str, ...] = ("contradicts",)
+
+    @property
+    def polar_pair_count(self) -> int:
+        return len(self.pair_labels)
+
+
+def load_rules(path: str | Path | None = None) -> RuleBook:
+    """Read and compile a rules file (the packaged default when `path` is None)."""
+    source = Path(path) if path is not None else DEFAULT_RULES_PATH
+    with source.open(encoding="utf-8") as handle:
+        raw = yaml.safe_load(handle) or {}
+    return _compile_rules(raw, str(source))
+
+
+def _require(raw: Mapping[str, Any], key: str, source: str) -> Any:
+    if key not in raw:
+        raise ValueError(f"contradiction rules {source}: missing key {key!r}")
+    return raw[key]
+
+
+def _phrase_pattern(words: Iterable[str], patterns: Iterable[str] = ()) -> re.Pattern[str]:
+    """One regex for a word list (longest first, on word boundaries) plus raw patterns."""
+    alternatives = [r"\b" + re.escape(w.lower()) + r"\b" for w in sorted(set(words), key=len, reverse=True)]
+    alternatives += list(patterns)
+    return re.compile("|".join(alternatives) if alternatives else r"(?!)")
+
+
+def _inflections(word: str) -> set[str]:
+    """Regular English inflections of a single word; wrong guesses ("fulled") are harmless, they never occur."""
+    forms = {word}
+    if not word.isalpha():
+        return forms
+    if word.endswith("e"):
+        forms |= {word + "s", word + "d", word[:-1] + "ing"}
+    else:
+        forms |= {word + "s", word + "es", word + "ed", word + "ing"}
+    if len(word) > 2 and word.endswith("y") and word[-2] not in "aeiou":
+        forms |= {word[:-1] + "ies", word[:-1] + "ied"}
+    if len(word) >= 3 and word[-1] not in "aeiouwxy" and word[-2] in "aeiou" and word[-3] not in "aeiou":
+        forms |= {word + word[-1] + "ed", word + word[-1] + "ing"}
+    return forms
+
+
+def _side_forms(side: str, inflect: bool) -> tuple[str, set[str]]:
+    """'sit|sat' -> label 'sit', forms {sit, sits, sitting, sat, ...}."""
+    written = [w.strip().lower() for w in str(side).split("|") if w.strip()]
+    forms: set[str] = set()
+    for word in written:
+        forms |= _inflections(word) if inflect else {word}
+    return written[0], forms
+
+
+def _compile_polar(raw: Mapping[str, Any], source: str):
+    inflect = bool(raw.get("inflect", True))
+    labels_of_form: dict[str, set[str]] = {}
+    poles_of_label: dict[str, list[tuple[int, int]]] = {}
+    pair_labels = []
+    for index, pair in enumerate(_require(raw, "pairs", source)):
+        if len(pair) != 2:
+            raise ValueError(f"contradiction rules {source}: polar pair {pair!r} needs exactly two sides")
+        labels = []
+        for side_index, side in enumerate(pair):
+            label, forms = _side_forms(side, inflect)
+            labels.append(label)
+            poles_of_label.setdefault(label, []).append((index, side_index))
+            for form in forms:
+                if " " in form:
+                    raise ValueError(f"contradiction rules {source}: polar word {form!r} must be one word")
+                labels_of_form.setdefault(form, set()).add(label)
+        pair_labels.append((labels[0], labels[1]))
+    return (
+        {f: tuple(sorted(ls)) for f, ls in labels_of_form.items()},
+        {label: tuple(ps) for label, ps in poles_of_label.items()},
+        tuple(pair_labels),
+    )
+
+
+def _relation_alternation(forms: Iterable[str]) -> str:
+    return "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
+
+
+def _claim_pattern(operator: str) -> re.Pattern[str]:
+    # Lazy subject: the leftmost operator splits the sentence ("the man who lives in x works at y" is odd
+    # either way; leftmost keeps short subjects, which is what memories mostly are).
+    return re.compile(rf"^(?P<subject>.+?)(?P<op>{operator})(?P<value>.+)$")
+
+
+def _compile_claims(raw: Mapping[str, Any], source: str):
+    relations = _require(raw, "relations", source)
+    default_inflect = bool(relations.get("inflect", True))
+    relation_of_form: dict[str, str] = {}
+    strong: list[str] = []
+    weak: list[str] = []
+    single_valued: set[str] = set()
+    for name, entry in _require(relations, "entries", source).items():
+        inflect = bool(entry.get("inflect", default_inflect))
+        forms: set[str] = set()
+        for written in entry["forms"]:
+            forms |= _inflections(written.lower()) if inflect and " " not in written else {written.lower()}
+        for form in forms:
+            relation_of_form[form] = name
+        (weak if entry.get("weak") else strong).extend(forms)
+        if entry.get("single_valued", True):
+            single_valued.add(name)
+    copular = _require(raw, "copular", source)["verbs"]
+    operators = _require(raw, "assignment", source)["operators"]
+    patterns = []
+    for forms, form_name in ((strong, "relational"), (weak, "relational")):
+        if forms:
+            patterns.append((_claim_pattern(rf"\s+(?:{_relation_alternation(forms)})\s+"), form_name))
+    patterns.append((_claim_pattern(rf"\s+(?:{_relation_alternation(copular)})\s+"), "copular"))
+    # A colon needs a space after it ("9:30" and URLs are not assignments); "=" and arrows may be tight.
+    assignment = "|".join(re.escape(op) + (r"\s+" if op == ":" else r"\s*") for op in operators)
+    patterns.append((_claim_pattern(rf"\s*(?:{assignment})"), "assignment"))
+    return tuple(patterns), relation_of_form, frozenset(single_valued)
+
+
+def _phrases(words: Iterable[str]) -> tuple[tuple[str, ...], ...]:
+    return tuple(sorted({tuple(w.lower().split()) for w in words}, key=len, reverse=True))
+
+
+def _compile_quantities(raw: Mapping[str, Any], source: str):
+    """One alternation of dates, times and numbers (in that priority), each pattern's groups renamed apart."""
+    months = _require(raw, "months", source)
+    weekdays = _require(raw, "weekdays", source)
+    month_number = {name.lower(): index + 1 for index, names in enumerate(months) for name in names}
+    weekday_name = {name.lower(): names[0].lower() for names in weekdays for name in names}
+    expansions = {
+        "{month}": _relation_alternation(month_number),
+        "{weekday}": _relation_alternation(weekday_name),
+    }
+    number_words = {k.lower(): float(v) for k, v in _require(raw, "numbers", source).get("words", {}).items()}
+    sections = [("date", raw["dates"]["patterns"]), ("time", raw["times"]["patterns"])]
+    number_patterns = list(raw["numbers"]["patterns"])
+    if number_words:
+        number_patterns.append(r"\b(?:" + _relation_alternation(number_words) + r")\b")
+    sections.append(("number", number_patterns))
+    alternatives, kinds = [], {}
+    for kind, patterns in sections:
+        for pattern in patterns:
+            for placeholder, alternation in expansions.items():
+                pattern = pattern.replace(placeholder, alternation)
+            outer = f"q{len(alternatives)}"
+            renamed = re.sub(r"\(\?P<(\w+)>", lambda m, o=outer: f"(?P<{o}_{m.group(1)}>", pattern)
+            alternatives.append(f"(?P<{outer}>{renamed})")
+            kinds[outer] = kind
+    return re.compile("|".join(alternatives)), kinds, number_words, month_number, weekday_name
+
+
+def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
+    negation = _require(raw, "negation", source)
+    change = _require(raw, "change", source)
+    labels_of_form, poles_of_label, pair_labels = _compile_polar(_require(raw, "polar_pairs", source), source)
+    claim_patterns, relation_of_form, single_valued = _compile_claims(raw, source)
+    quantity, kinds, number_words, month_number, weekday_name = _compile_quantities(raw, source)
+    function_words = frozenset(w.lower() for w in _require(raw, "function_words", source))
+    single_token_cues = {
+        w.lower()
+        for w in [*negation["words"], *change["words"], *raw["subject_stop_words"], *raw["value_stop_words"]]
+        if " " not in w
+    }
+    return RuleBook(
+        source=source,
+        negation=_phrase_pattern(negation["words"], negation.get("patterns", ())),
+        change=_phrase_pattern(change["words"], change.get("patterns", ())),
+        pole_labels_of_form=labels_of_form,
+        poles_of_label=poles_of_label,
+        pair_labels=pair_labels,
+        claim_patterns=claim_patterns,
+        relation_of_form=relation_of_form,
+        single_valued=single_valued,
+        pronouns=frozenset(w.lower() for w in _require(raw, "pronouns", source)),
+        possessives=frozenset(w.lower() for w in _require(raw, "possessives", source)),
+        subject_stop_phrases=_phrases(_require(raw, "subject_stop_words", source)),
+        value_stop_phrases=_phrases(_require(raw, "value_stop_words", source)),
+        value_terminator=re.compile("|".join(_require(raw, "value_terminators", source)["patterns"])),
+        function_words=function_words,
+        ignored_content_words=function_words | single_token_cues | set(labels_of_form),
+        max_subject_tokens=int(raw.get("max_subject_tokens", 8)),
+        quantity=quantity,
+        quantity_kinds=kinds,
+        number_words=number_words,
+        month_number=month_number,
+        weekday_name=weekday_name,
+        explicit_keys=tuple(raw.get("explicit_keys", ["contradicts"])),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-memory parsing (a Python loop over memories, never over pairs)
+
+
+@dataclass(frozen=True)
+class Claim:
+    subject: str
+    relation: str
+    value: str
+    form: str
+    single_valued: bool
+
+    @property
+    def label(self) -> str:
+        return self.subject if self.relation == COPULAR_RELATION else f"{self.subject} {self.relation}"
+
+
+@dataclass(frozen=True)
+class Quantities:
+    template: str  # the text with every quantity replaced by its placeholder
+    numbers: tuple[str, ...]
+    numbers_text: tuple[str, ...]
+    temporals: tuple[str, ...]
+    temporals_text: tuple[str, ...]
+    first_number: float | None
+    unit: str | None
+    time_minutes: int | None
+    date: str | None
+
+
+def normalise(text: str) -> str:
+    """Lowercase, straight apostrophes, single spaces, no trailing sentence punctuation."""
+    text = text.replace("\u2019", "'").replace("\u2018", "'").lower()
+    return " ".join(text.split()).rstrip(" .!?;")
+
+
+def tokens_of(text: str) -> list[str]:
+    return _TOKEN.findall(text)
+
+
+def _strip_phrases(tokens: list[str], phrases: Sequence[tuple[str, ...]], *, leading: bool) -> list[str]:
+    """Drop stop phrases from one end of a token list, repeatedly ("no longer really" -> "")."""
+    changed = True
+    while tokens and changed:
+        changed = False
+        for phrase in phrases:
+            size = len(phrase)
+            edge = tuple(tokens[:size]) if leading else tuple(tokens[-size:])
+            if size <= len(tokens) and edge == phrase:
+                tokens = tokens[size:] if leading else tokens[:-size]
+                changed = True
+                break
+    return tokens
+
+
+def _clean_subject(raw: str, rules: RuleBook) -> str | None:
+    tokens = tokens_of(raw)
+    while tokens and tokens[0] in rules.possessives:
+        tokens = tokens[1:]
+    tokens = _strip_phrases(tokens, rules.subject_stop_phrases, leading=False)
+    if not tokens or len(tokens) > rules.max_subject_tokens:
+        return None
+    return " ".join(tokens)
+
+
+def clean_value(raw: str, rules: RuleBook) -> str | None:
+    cut = rules.value_terminator.search(raw)
+    tokens = tokens_of(raw[: cut.start()] if cut else raw)
+    tokens = _strip_phrases(tokens, rules.value_stop_phrases, leading=True)
+    tokens = _strip_phrases(tokens, rules.value_stop_phrases, leading=False)
+    return " ".join(tokens) or None
+
+
+def parse_claim(text: str, rules: RuleBook) -> Claim | None:
+    """The first claim pattern (relational, then weak relational, copular, assignment) that yields a subject
+    and a value. `text` must be `normalise`d."""
+    for pattern, form in rules.claim_patterns:
+        match = pattern.match(text)
+        if match is None:
+            continue
+        subject = _clean_subject(match["subject"], rules)
+        value = clean_value(match["value"], rules)
+        if subject is None or value is None:
+            continue
+        if form == "relational":
+            relation = rules.relation_of_form[" ".join(match["op"].split())]
+        else:
+            relation = COPULAR_RELATION
+        return Claim(subject, relation, value, form, relation in rules.single_valued)
+    return None
+
+
+def _canonical_number(value: float) -> str:
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def _group(match: re.Match[str], outer: str, name: str) -> str | None:
+    try:
+        return match[f"{outer}_{name}"]
+    except IndexError:
+        return None
+
+
+def _canonical_time(match: re.Match[str], outer: str) -> tuple[str, int]:
+    if _group(match, outer, "noon"):
+        return "12:00", 720
+    if _group(match, outer, "midnight"):
+        return "00:00", 0
+    hour = int(_group(match, outer, "h") or 0)
+    minute = int(_group(match, outer, "m") or 0)
+    ampm = _group(match, outer, "ampm")
+    if ampm:
+        hour = hour % 12 + (12 if ampm == "p" else 0)
+    return f"{hour:02d}:{minute:02d}", hour * 60 + minute
+
+
+def _canonical_date(match: re.Match[str], outer: str, rules: RuleBook) -> tuple[str, str]:
+    """-> (kind, canonical): a weekday name or a date 'YYYY-MM-DD' ('----' when the year is missing)."""
+    weekday = _group(match, outer, "weekday")
+    if weekday:
+        return "weekday", rules.weekday_name[weekday]
+    month_name = _group(match, outer, "month")
+    month = rules.month_number[month_name] if month_name else int(_group(match, outer, "mo") or 0)
+    year = _group(match, outer, "y") or "----"
+    return "date", f"{year}-{month:02d}-{int(_group(match, outer, 'd') or 0):02d}"
+
+
+def _number_value(surface: str, rules: RuleBook) -> float:
+    return rules.number_words.get(surface) or float(surface.replace(",", ""))
+
+
+def scan_quantities(text: str, rules: RuleBook) -> Quantities | None:
+    """Replace dates, clock times and numbers by placeholders; None when the text has none."""
+    parts: list[str] = []
+    numbers, numbers_text, temporals, temporals_text = [], [], [], []
+    first_number = time_minutes = date = None
+    unit_after: int | None = None
+    position = 0
+    for match in rules.quantity.finditer(text):
+        outer = match.lastgroup or ""
+        kind = rules.quantity_kinds[outer]
+        surface = match.group(0)
+        if kind == "number":
+            value = _number_value(surface, rules)
+            numbers.append(_canonical_number(value))
+            numbers_text.append(surface)
+            if first_number is None:
+                first_number, unit_after = value, match.end()
+        elif kind == "time":
+            canonical, minutes = _canonical_time(match, outer)
+            temporals.append(canonical)
+            temporals_text.append(surface.strip())
+            time_minutes = minutes if time_minutes is None else time_minutes
+        else:
+            kind, canonical = _canonical_date(match, outer, rules)
+            temporals.append(canonical)
+            temporals_text.append(surface.strip())
+            date = canonical if date is None and kind == "date" else date
+        parts.extend((text[position : match.start()], " " + _PLACEHOLDERS[kind] + " "))
+        position = match.end()
+    if position == 0:
+        return None
+    parts.append(text[position:])
+    template = " ".join(t for t in "".join(parts).split() if t not in rules.function_words)
+    unit_tokens = tokens_of(text[unit_after:]) if unit_after is not None else []
+    return Quantities(
+        template=template,
+        numbers=tuple(numbers),
+        numbers_text=tuple(numbers_text),
+        temporals=tuple(temporals),
+        temporals_text=tuple(temporals_text),
+        first_number=first_number,
+        unit=unit_tokens[0] if unit_tokens else None,
+        time_minutes=time_minutes,
+        date=date,
+    )
+
+
+def _first_match(pattern: re.Pattern[str], text: str) -> str | None:
+    match = pattern.search(text)
+    return match.group(0) if match else None
+
+
+def _poles(tokens: Sequence[str], rules: RuleBook) -> list[str]:
+    return sorted({label for t in tokens for label in rules.pole_labels_of_form.get(t, ())})
+
+
+def _pronoun_subject(claim: Claim | None, tokens: Sequence[str], rules: RuleBook) -> bool:
+    """A subject made only of pronouns; without a claim, a sentence that starts with one ("it broke")."""
+    if claim is not None:
+        return all(t in rules.pronouns for t in claim.subject.split())
+    return bool(tokens) and tokens[0] in rules.pronouns
+
+
+def memory_row(memory_id: str, content: str, rules: RuleBook) -> dict[str, Any]:
+    """The features of one memory (one FEATURES_SCHEMA row)."""
+    text = normalise(content or "")
+    tokens = tokens_of(text)
+    claim = parse_claim(text, rules)
+    quantities = scan_quantities(claim.value if claim else text, rules)
+    claim_key = f"{claim.subject}\x1f{claim.relation}\x1f" if claim else "\x1f\x1f"
+    return {
+        "id": memory_id,
+        "negated": (negation_cue := _first_match(rules.negation, text)) is not None,
+        "negation_cue": negation_cue,
+        "change_word": (change_cue := _first_match(rules.change, text)) is not None,
+        "change_cue": change_cue,
+        "poles": _poles(tokens, rules),
+        "content_tokens": sorted({t for t in tokens if t not in rules.ignored_content_words}),
+        "subject": claim.subject if claim else None,
+        "relation": claim.relation if claim else None,
+        "value": claim.value if claim else None,
+        "form": claim.form if claim else None,
+        "value_tokens": sorted(set(claim.value.split()) - rules.function_words) if claim else None,
+        "single_valued": bool(claim and claim.single_valued),
+        "pronoun_subject": _pronoun_subject(claim, tokens, rules),
+        "claim_label": claim.label if claim else None,
+        "quantity_key": claim_key + quantities.template if quantities else None,
+        "quantity_label": (claim.label if claim else quantities.template) if quantities else None,
+        "numbers": "|".join(quantities.numbers) if quantities and quantities.numbers else None,
+        "numbers_text": ", ".join(quantities.numbers_text) if quantities and quantities.numbers else None,
+        "temporals": "|".join(quantities.temporals) if quantities and quantities.temporals else None,
+        "temporals_text": ", ".join(quantities.temporals_text) if quantities and quantities.temporals else None,
+        "number": quantities.first_number if quantities else None,
+        "unit": quantities.unit if quantities else None,
+        "time_minutes": quantities.time_minutes if quantities else None,
+        "date": quantities.date if quantities else None,
+    }
+
+
+def memory_features(ids: Sequence[str], contents: Sequence[str], rules: RuleBook) -> pa.Table:
+    """One FEATURES_SCHEMA row per memory: parse each memory once, whatever the number of pairs."""
+    if len(ids) != len(contents):
+        raise ValueError(f"memory_features: {len(ids)} ids but {len(contents)} contents")
+    rows = [memory_row(str(i), c, rules) for i, c in zip(ids, contents, strict=True)]
+    return pa.Table.from_pylist(rows, schema=FEATURES_SCHEMA)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The rules for one pair, plainly (the reference for `detect`)
+
+
+def _values_compatible(older: Mapping[str, Any], newer: Mapping[str, Any]) -> bool:
+    """Same value, or one value's tokens contained in the other's (an elaboration)."""
+    if older["value"] == newer["value"]:
+        return True
+    a, b = set(older["value_tokens"]), set(newer["value_tokens"])
+    return a <= b or b <= a
+
+
+def _opposite_poles(older: Mapping[str, Any], newer: Mapping[str, Any], rules: RuleBook) -> tuple[str, str] | None:
+    def sides(row: Mapping[str, Any]) -> dict[int, set[int]]:
+        found: dict[int, set[int]] = {}
+        for label in row["poles"]:
+            for pair, side in rules.poles_of_label.get(label, ()):
+                found.setdefault(pair, set()).add(side)
+        return found
+
+    older_sides, newer_sides = sides(older), sides(newer)
+    for pair in sorted(older_sides.keys() & newer_sides.keys()):
+        o, n = older_sides[pair], newer_sides[pair]
+        if len(o) == 1 and len(n) == 1 and o != n:
+            labels = rules.pair_labels[pair]
+            return labels[next(iter(o))], labels[next(iter(n))]
+    return None
+
+
+def rule_for_pair(
+    older: Mapping[str, Any], newer: Mapping[str, Any], rules: RuleBook, explicit: bool = False
+) -> tuple[str, str] | None:
+    """(rule, reason) for one pair of `memory_row` dicts, or None. Slow; `detect` does the same in bulk."""
+    both_claims = older["subject"] is not None and newer["subject"] is not None
+    same_claim = both_claims and (older["subject"], older["relation"]) == (newer["subject"], newer["relation"])
+    guarded = (
+        older["pronoun_subject"]
+        or newer["pronoun_subject"]
+        or (both_claims and not same_claim)
+        or (older["negated"] and newer["negated"])
+    )
+    compatible = same_claim and _values_compatible(older, newer)
+    unnegated = not older["negated"] and not newer["negated"]
+    same_quantity_key = older["quantity_key"] is not None and older["quantity_key"] == newer["quantity_key"]
+    if not guarded:
+        if older["negated"] != newer["negated"] and not (same_claim and not compatible):
+            side, cue = ("newer", newer["negation_cue"]) if newer["negated"] else ("older", older["negation_cue"])
+            return "negation", f"negation: only the {side} row is negated ('{cue}')"
+        if newer["change_word"] and not older["change_word"] and not compatible:
+            return "change", f"change: the newer row says '{newer['change_cue']}'"
+        poles = _opposite_poles(older, newer, rules)
+        if poles and _content_contained(older, newer):
+            return "polar", f"polar: '{poles[0]}' vs '{poles[1]}'"
+        if same_claim and not compatible and newer["single_valued"] and unnegated and not same_quantity_key:
+            return "value_swap", f"value swap: {newer['claim_label']} '{older['value']}' vs '{newer['value']}'"
+        if same_quantity_key and unnegated and older["numbers"] != newer["numbers"]:
+            return "numeric", (
+                f"numeric: {newer['quantity_label']} '{older['numbers_text']}' vs '{newer['numbers_text']}'"
+            )
+        if same_quantity_key and unnegated and older["temporals"] != newer["temporals"]:
+            return "temporal", (
+                f"temporal: {newer['quantity_label']} '{older['temporals_text']}' vs '{newer['temporals_text']}'"
+            )
+    if explicit:
+        return "explicit", "explicit: metadata link"
+    return None
+
+
+def _content_contained(older: Mapping[str, Any], newer: Mapping[str, Any]) -> bool:
+    a, b = set(older["content_tokens"]), set(newer["content_tokens"])
+    return a <= b or b <= a
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Vectorised evaluation over pairs
+
+
+@dataclass(frozen=True)
+class _TokenLists:
+    """A list<string> column as CSR arrays of integer token codes (one vocabulary per column)."""
+
+    offsets: np.ndarray  # int64, n + 2 (a trailing empty list for the missing-memory sentinel)
+    codes: np.ndarray  # int64
+    vocabulary: int
+
+    @classmethod
+    def of(cls, column: pa.ChunkedArray | pa.Array) -> _TokenLists:
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        lengths = pc.fill_null(pc.list_value_length(array), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths), [lengths.sum()]]).astype(np.int64)
+        flat = pc.list_flatten(array)
+        encoded = pc.dictionary_encode(flat)
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        return cls(offsets, codes, max(len(encoded.dictionary), 1))
+
+    def gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position in `rows`, token code) of every token of the listed memories."""
+        starts, lengths = self.offsets[rows], self.offsets[rows + 1] - self.offsets[rows]
+        owner = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
+        first_of_owner = np.repeat(np.cumsum(lengths) - lengths, lengths)
+        positions = np.repeat(starts, lengths) + (np.arange(len(owner), dtype=np.int64) - first_of_owner)
+        return owner, self.codes[positions]
+
+    def contained(self, inner: np.ndarray, outer: np.ndarray) -> np.ndarray:
+        """Per pair: is every token of memory `inner[i]` among the tokens of memory `outer[i]`?"""
+        if len(inner) == 0:
+            return np.zeros(0, dtype=bool)
+        outer_owner, outer_codes = self.gather(outer)
+        inner_owner, inner_codes = self.gather(inner)
+        outer_keys = np.sort(outer_owner * self.vocabulary + outer_codes)
+        inner_keys = inner_owner * self.vocabulary + inner_codes
+        found = np.searchsorted(outer_keys, inner_keys)
+        hit = np.zeros(len(inner_keys), dtype=bool)
+        in_range = found < len(outer_keys)
+        hit[in_range] = outer_keys[found[in_range]] == inner_keys[in_range]
+        misses = np.bincount(inner_owner[~hit], minlength=len(inner))
+        return misses == 0
+
+
+@dataclass(frozen=True)
+class _MemoryArrays:
+    """Feature columns as numpy arrays; index n is a sentinel for pair ids missing from the features."""
+
+    size: int
+    negated: np.ndarray
+    change: np.ndarray
+    pronoun: np.ndarray
+    single_valued: np.ndarray
+    subject: np.ndarray  # int codes, -1 = no claim
+    relation: np.ndarray
+    value: np.ndarray
+    quantity_key: np.ndarray
+    numbers: np.ndarray
+    temporals: np.ndarray
+    first_pole_only: np.ndarray  # (n + 1, words) uint64: bit k = only the first side of polar pair k
+    second_pole_only: np.ndarray
+    value_tokens: _TokenLists
+    content_tokens: _TokenLists
+
+    @classmethod
+    def of(cls, features: pa.Table, rules: RuleBook) -> _MemoryArrays:
+        first, second = _pole_masks(features["poles"], rules)
+        return cls(
+            size=features.num_rows,
+            negated=_flags(features["negated"]),
+            change=_flags(features["change_word"]),
+            pronoun=_flags(features["pronoun_subject"]),
+            single_valued=_flags(features["single_valued"]),
+            subject=_codes(features["subject"]),
+            relation=_codes(features["relation"]),
+            value=_codes(features["value"]),
+            quantity_key=_codes(features["quantity_key"]),
+            numbers=_codes(features["numbers"]),
+            temporals=_codes(features["temporals"]),
+            first_pole_only=first,
+            second_pole_only=second,
+            value_tokens=_TokenLists.of(features["value_tokens"]),
+            content_tokens=_TokenLists.of(features["content_tokens"]),
+        )
+
+
+def _flags(column: pa.ChunkedArray) -> np.ndarray:
+    values = pc.fill_null(column, False).to_numpy(zero_copy_only=False).astype(bool)
+    return np.append(values, False)
+
+
+def _codes(column: pa.ChunkedArray) -> np.ndarray:
+    """Equal strings -> equal integer codes; null -> -1 (never equal to anything once guarded)."""
+    encoded = pc.dictionary_encode(column.combine_chunks())
+    codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return np.append(codes, -1)
+
+
+def _pole_masks(poles: pa.ChunkedArray, rules: RuleBook) -> tuple[np.ndarray, np.ndarray]:
+    """Bit sets per memory: which polar pairs it takes only the first side of, and only the second."""
+    words = max(1, math.ceil(rules.polar_pair_count / 64))
+    size = len(poles)
+    sides = np.zeros((2, size + 1, words), dtype=np.uint64)
+    array = poles.combine_chunks()
+    lengths = pc.fill_null(pc.list_value_length(array), 0).to_numpy(zero_copy_only=False)
+    encoded = pc.dictionary_encode(pc.list_flatten(array))
+    label_codes = encoded.indices.to_numpy(zero_copy_only=False)
+    owners = np.repeat(np.arange(size), lengths)
+    for code, label in enumerate(encoded.dictionary.to_pylist()):
+        holders = owners[label_codes == code]
+        for pair, side in rules.poles_of_label.get(label, ()):
+            sides[side, holders, pair // 64] |= np.uint64(1) << np.uint64(pair % 64)
+    return sides[0] & ~sides[1], sides[1] & ~sides[0]
+
+
+def _row_index(ids: pa.ChunkedArray, feature_ids: pa.ChunkedArray, missing: int) -> np.ndarray:
+    found = pc.index_in(ids, value_set=feature_ids.combine_chunks())
+    return pc.fill_null(found, missing).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _epoch_micros(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_timestamp(column.type):
+        return pc.cast(pc.cast(column, pa.timestamp("us", tz=column.type.tz)), pa.int64())
+    if pa.types.is_date(column.type):
+        return pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64())
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        return column
+    return pc.cast(pc.cast(column, pa.timestamp("us")), pa.int64())
+
+
+def _right_is_newer(pairs: pa.Table) -> np.ndarray:
+    """The newer row by created_at; a tie or a missing left time makes the right side newer."""
+    for name in ("left_created_at", "right_created_at"):
+        if name not in pairs.column_names:
+            raise ValueError(f"detect: pairs need a {name!r} column to tell the newer row")
+    left, right = _epoch_micros(pairs["left_created_at"]), _epoch_micros(pairs["right_created_at"])
+    newer = pc.if_else(
+        pc.is_null(left), True, pc.if_else(pc.is_null(right), False, pc.greater_equal(right, left))
+    )
+    return newer.to_numpy(zero_copy_only=False).astype(bool)
+
+
+@dataclass
+class _PairMasks:
+    """The rule masks over all pairs, older/newer oriented."""
+
+    negation: np.ndarray
+    change: np.ndarray
+    polar: np.ndarray
+    value_swap: np.ndarray
+    numeric: np.ndarray
+    temporal: np.ndarray
+    explicit: np.ndarray
+
+
+def _values_compatible_mask(m: _MemoryArrays, older: np.ndarray, newer: np.ndarray, same_claim: np.ndarray):
+    """Same claim and the same value or one value contained in the other; subset checks only where needed."""
+    compatible = same_claim & (m.value[older] == m.value[newer])
+    todo = np.flatnonzero(same_claim & ~compatible)
+    if len(todo):
+        o, n = older[todo], newer[todo]
+        compatible[todo] = m.value_tokens.contained(o, n) | m.value_tokens.contained(n, o)
+    return compatible
+
+
+def _opposite_pole_mask(m: _MemoryArrays, older: np.ndarray, newer: np.ndarray) -> np.ndarray:
+    opposite = np.zeros(len(older), dtype=bool)
+    for word in range(m.first_pole_only.shape[1]):
+        bits = (m.first_pole_only[older, word] & m.second_pole_only[newer, word]) | (
+            m.second_pole_only[older, word] & m.first_pole_only[newer, word]
+        )
+        opposite |= bits != 0
+    return opposite
+
+
+def _rule_masks(m: _MemoryArrays, older: np.ndarray, newer: np.ndarray, known: np.ndarray, explicit) -> _PairMasks:
+    subject_o, subject_n = m.subject[older], m.subject[newer]
+    both_claims = (subject_o >= 0) & (subject_n >= 0)
+    same_claim = both_claims & (subject_o == subject_n) & (m.relation[older] == m.relation[newer])
+    neg_o, neg_n = m.negated[older], m.negated[newer]
+    open_ = known & ~(m.pronoun[older] | m.pronoun[newer] | (both_claims & ~same_claim) | (neg_o & neg_n))
+    compatible = _values_compatible_mask(m, older, newer, same_claim)
+    unnegated = ~neg_o & ~neg_n
+    key_o = m.quantity_key[older]
+    same_quantity_key = (key_o >= 0) & (key_o == m.quantity_key[newer])
+
+    polar = open_ & _opposite_pole_mask(m, older, newer)
+    todo = np.flatnonzero(polar)
+    if len(todo):
+        o, n = older[todo], newer[todo]
+        polar[todo] = m.content_tokens.contained(o, n) | m.content_tokens.contained(n, o)
+    quantity_open = open_ & unnegated & same_quantity_key
+    return _PairMasks(
+        negation=open_ & (neg_o != neg_n) & ~(same_claim & ~compatible),
+        change=open_ & m.change[newer] & ~m.change[older] & ~compatible,
+        polar=polar,
+        value_swap=open_ & same_claim & ~compatible & m.single_valued[newer] & unnegated & ~same_quantity_key,
+        numeric=quantity_open & (m.numbers[older] != m.numbers[newer]),
+        temporal=quantity_open & (m.temporals[older] != m.temporals[newer]),
+        explicit=explicit,
+    )
+
+
+def _first_rule(masks: _PairMasks) -> np.ndarray:
+    """Index into RULE_ORDER of the first rule that fires, -1 for none."""
+    conditions = [getattr(masks, name) for name in RULE_ORDER]
+    return np.select(conditions, list(range(len(RULE_ORDER))), default=-1)
+
+
+def _join(*parts: pa.Array | str) -> pa.Array:
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _polar_labels(m: _MemoryArrays, older: np.ndarray, newer: np.ndarray, rules: RuleBook):
+    """(older label, newer label) arrays for polar pairs: the lowest-numbered opposite pair decides."""
+    pair_index = np.full(len(older), -1, dtype=np.int64)
+    older_first = np.zeros(len(older), dtype=bool)
+    for word in reversed(range(m.first_pole_only.shape[1])):
+        first_then_second = m.first_pole_only[older, word] & m.second_pole_only[newer, word]
+        second_then_first = m.second_pole_only[older, word] & m.first_pole_only[newer, word]
+        bits = first_then_second | second_then_first
+        lowest = bits & (~bits + np.uint64(1))
+        has = bits != 0
+        index = np.log2(lowest[has].astype(np.float64)).astype(np.int64) + 64 * word
+        pair_index[has] = index
+        older_first[has] = (first_then_second[has] & lowest[has]) != 0
+    labels = np.array(rules.pair_labels, dtype=object).reshape(-1, 2)
+    older_labels = labels[pair_index, np.where(older_first, 0, 1)]
+    newer_labels = labels[pair_index, np.where(older_first, 1, 0)]
+    return pa.array(older_labels, pa.string()), pa.array(newer_labels, pa.string())
+
+
+def _reasons(rule: str, f: pa.Table, older: np.ndarray, newer: np.ndarray, m: _MemoryArrays, rules: RuleBook):
+    """The reason strings of the pairs one rule fired for (older/newer are feature row indices)."""
+
+    def take(column: str, rows: np.ndarray) -> pa.Array:
+        return pc.take(f[column], pa.array(rows)).combine_chunks()
+
+    if rule == "negation":
+        newer_side = m.negated[newer]
+        cue = pc.if_else(pa.array(newer_side), take("negation_cue", newer), take("negation_cue", older))
+        side = pa.array(np.where(newer_side, "newer", "older"), pa.string())
+        return _join("negation: only the ", side, " row is negated ('", cue, "')")
+    if rule == "change":
+        return _join("change: the newer row says '", take("change_cue", newer), "'")
+    if rule == "polar":
+        older_label, newer_label = _polar_labels(m, older, newer, rules)
+        return _join("polar: '", older_label, "' vs '", newer_label, "'")
+    if rule == "value_swap":
+        return _join(
+            "value swap: ", take("claim_label", newer), " '", take("value", older), "' vs '", take("value", newer), "'"
+        )
+    if rule in ("numeric", "temporal"):
+        text = "numbers_text" if rule == "numeric" else "temporals_text"
+        label = take("quantity_label", newer)
+        return _join(f"{rule}: ", label, " '", take(text, older), "' vs '", take(text, newer), "'")
+    return pa.array(["explicit: metadata link"] * len(older), pa.string())
+
+
+def detect(pairs: pa.Table, features: pa.Table, rules: RuleBook) -> pa.Table:
+    """The pairs that contradict, with newer/older ids, the rule and its reason; other pair columns pass through.
+
+    `pairs`: left_id, right_id, left_created_at, right_created_at, optionally `explicit` (bool), anything else.
+    `features`: `memory_features` of (at least) every id in the pairs; pairs with an unknown id only fire on
+    `explicit`. The caller guarantees both sides share a namespace.
+    """
+    m = _MemoryArrays.of(features, rules)
+    left = _row_index(pairs["left_id"], features["id"], m.size)
+    right = _row_index(pairs["right_id"], features["id"], m.size)
+    right_newer = _right_is_newer(pairs)
+    newer, older = np.where(right_newer, right, left), np.where(right_newer, left, right)
+    known = (left < m.size) & (right < m.size)
+    explicit = (
+        _flags(pairs["explicit"])[:-1] if "explicit" in pairs.column_names else np.zeros(len(left), dtype=bool)
+    )
+    winner = _first_rule(_rule_masks(m, older, newer, known, explicit))
+    fired = np.flatnonzero(winner >= 0)
+    order = fired[np.argsort(winner[fired], kind="stable")]  # grouped by rule, pair order within a rule
+    reason_parts, rule_parts = [], []
+    for index, rule in enumerate(RULE_ORDER):
+        rows = order[winner[order] == index]
+        if len(rows):
+            reason_parts.append(_reasons(rule, features, older[rows], newer[rows], m, rules))
+            rule_parts.append(pa.array([rule] * len(rows), pa.string()))
+    back = np.argsort(np.argsort(order, kind="stable"), kind="stable")  # grouped order -> pair order
+    reasons = pa.concat_arrays(reason_parts).take(pa.array(back)) if reason_parts else pa.array([], pa.string())
+    rules_fired = pa.concat_arrays(rule_parts).take(pa.array(back)) if rule_parts else pa.array([], pa.string())
+    chosen = pairs.take(pa.array(fired))
+    newer_id = pc.if_else(pa.array(right_newer[fired]), chosen["right_id"], chosen["left_id"])
+    older_id = pc.if_else(pa.array(right_newer[fired]), chosen["left_id"], chosen["right_id"])
+    passthrough = [c for c in pairs.column_names if c not in DETECT_COLUMNS]
+    columns = [chosen["left_id"], chosen["right_id"], newer_id, older_id, rules_fired, reasons]
+    columns += [chosen[c] for c in passthrough]
+    return pa.table(columns, names=[*DETECT_COLUMNS, *passthrough])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Candidates beyond the cosine band
+
+
+def structural_candidates(
+    features: pa.Table, namespaces: pa.Table, group_limit: int = STRUCTURAL_GROUP_LIMIT
+) -> pa.Table:
+    """Pairs with the same (namespace, subject, relation) and different values, whatever their cosine.
+
+    `namespaces`: id, namespace, optionally created_at (recency for the cap). Only claims that could fire are
+    joined: unnegated, a non-pronoun subject, a single-valued relation or a quantity. Each group is capped to its
+    `group_limit` most recent memories (by created_at, then id) so one subject repeated thousands of times
+    stays bounded; older rows of such a group are compared only through the cosine band.
+    Returns left_id < right_id, namespace; deduplicated.
+    """
+    recency = "n.created_at" if "created_at" in namespaces.column_names else "NULL"
+    con = duckdb.connect()
+    try:
+        con.register("features", features.select(["id", "subject", "relation", "value", "negated",
+                                                  "pronoun_subject", "single_valued", "quantity_key"]))
+        con.register("namespaces", namespaces)
+        return con.execute(
+            f"""
+            WITH claims AS (
+                SELECT DISTINCT f.id, n.namespace, f.subject, f.relation, f.value, {recency} AS created_at
+                FROM features f JOIN namespaces n ON n.id = f.id
+                WHERE f.subject IS NOT NULL AND NOT f.negated AND NOT f.pronoun_subject
+                  AND (f.single_valued OR f.quantity_key IS NOT NULL)
+            ), ranked AS (
+                SELECT *, row_number() OVER (PARTITION BY namespace, subject, relation
+                                             ORDER BY created_at DESC NULLS LAST, id DESC) AS recency
+                FROM claims
+            )
+            SELECT DISTINCT a.id AS left_id, b.id AS right_id, a.namespace
+            FROM ranked a
+            JOIN ranked b ON a.namespace = b.namespace AND a.subject = b.subject AND a.relation = b.relation
+                         AND a.id < b.id
+            WHERE a.recency <= $limit AND b.recency <= $limit AND a.value <> b.value
+            ORDER BY a.namespace, left_id, right_id
+            """,
+            {"limit": group_limit},
+        ).to_arrow_table()
+    finally:
+        con.close()
+
+
+def _linked_ids(metadata: Any, keys: Sequence[str]) -> list[str]:
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            return []
+    if not isinstance(metadata, dict):
+        return []
+    linked: list[str] = []
+    for key in keys:
+        value = metadata.get(key)
+        if isinstance(value, str):
+            linked.append(value)
+        elif isinstance(value, list):
+            linked.extend(str(v) for v in value if isinstance(v, str | int))
+    return linked
+
+
+def explicit_candidates(
+    ids: Sequence[str], metadata_json: Sequence[str | Mapping[str, Any] | None], rules: RuleBook | None = None
+) -> pa.Table:
+    """Pairs asserted by `metadata.contradicts` (an id or a list of ids; keys from the rules file).
+
+    Links to ids outside `ids` (not in this snapshot) and self-links are dropped. Returns left_id < right_id,
+    explicit = true; deduplicated (a link stated on both sides is one pair).
+    """
+    keys = (rules or load_rules()).explicit_keys
+    known = set(map(str, ids))
+    pairs = set()
+    for memory_id, metadata in zip(map(str, ids), metadata_json, strict=True):
+        for other in _linked_ids(metadata, keys):
+            if other in known and other != memory_id:
+                pairs.add((min(memory_id, other), max(memory_id, other)))
+    ordered = sorted(pairs)
+    return pa.table(
+        {
+            "left_id": pa.array([p[0] for p in ordered], pa.string()),
+            "right_id": pa.array([p[1] for p in ordered], pa.string()),
+            "explicit": pa.array([True] * len(ordered), pa.bool_()),
+        }
+    )
