@@ -25,10 +25,11 @@ Rules, in order; the first that fires gives `rule` and `reason` (values read old
 7. explicit: the pair carries `explicit = true` (from `metadata.contradicts`, see `explicit_candidates`).
    Reported only when no heuristic fired, and exempt from the guards: a person or agent asserted it.
 
-Guards (rules 1-6 never fire): either subject is only a pronoun ("this is fine" vs "this is terrible"), both
-sides parse into claims with different subjects or relations, both sides are negated (two denials assert no
-value), the older row has a change word too (rule 2 only). Value-swap and quantity rules also need both sides
-unnegated. Word lists and patterns live in data/contradiction_rules.yaml (`load_rules(path)` for a custom one).
+Guards (rules 1-6 never fire), as the issue lists them: either subject is only a pronoun ("this is fine" vs
+"this is terrible"), both sides parse into claims with different subjects or relations, both sides are negated
+(two denials assert no value), both sides carry a change word (two reported changes: "switched to vim" vs
+"switched to emacs" is left to review, not flagged). Value-swap and quantity rules also need both sides
+unnegated; identical and elaborated values are handled per rule above. Word lists and patterns live in data/contradiction_rules.yaml (`load_rules(path)` for a custom one).
 
 `rule_for_pair` is the same rules written plainly for one pair: the readable reference that the tests hold
 `detect` to, and the per-pair baseline of bench/contradictions.py.
@@ -62,7 +63,9 @@ STRUCTURAL_GROUP_LIMIT = 50
 # Copular and assignment claims share one relation, so "editor is vim" and "editor: emacs" are comparable.
 COPULAR_RELATION = "is"
 
-_TOKEN = re.compile(r"[\w+#]+(?:[.'\-/][\w+#]+)*")
+# Words keep inner dots, dashes, slashes, apostrophes and colons ("node.js", "gpt-4", "don't", "9:30") and
+# thousands separators ("5,000"); a currency sign stays on its amount.
+_TOKEN = re.compile(r"[$€£]?[\w+#%]+(?:[.'\-/:][\w+#%]+|,\d{3}(?!\d))*")
 _PLACEHOLDERS = {"time": "<time>", "date": "<date>", "weekday": "<weekday>", "number": "<num>"}
 
 FEATURES_SCHEMA = pa.schema(
@@ -103,28 +106,87 @@ DETECT_COLUMNS = ("left_id", "right_id", "newer_id", "older_id", "rule", "reason
 
 
 @dataclass(frozen=True)
+class Phrases:
+    """Words and phrases as token tuples, indexed by first and last token (longest first), so finding or
+    stripping one costs a dictionary lookup per token instead of a regex alternation over the whole list."""
+
+    by_first: Mapping[str, tuple[tuple[str, ...], ...]]
+    by_last: Mapping[str, tuple[tuple[str, ...], ...]]
+
+    @classmethod
+    def of(cls, phrases: Iterable[str]) -> Phrases:
+        split = sorted({tuple(p.split()) for p in phrases if p.split()}, key=len, reverse=True)
+        by_first: dict[str, list[tuple[str, ...]]] = {}
+        by_last: dict[str, list[tuple[str, ...]]] = {}
+        for phrase in split:
+            by_first.setdefault(phrase[0], []).append(phrase)
+            by_last.setdefault(phrase[-1], []).append(phrase)
+        return cls({k: tuple(v) for k, v in by_first.items()}, {k: tuple(v) for k, v in by_last.items()})
+
+    def find(self, tokens: Sequence[str], start: int = 0) -> tuple[int, int] | None:
+        """(index, length) of the leftmost phrase at or after `start`, the longest at that index."""
+        lookup = self.by_first
+        for index in range(start, len(tokens)):
+            for phrase in lookup.get(tokens[index], ()):
+                if tuple(tokens[index : index + len(phrase)]) == phrase:
+                    return index, len(phrase)
+        return None
+
+    def strip(self, tokens: list[str], *, leading: bool) -> list[str]:
+        """Drop phrases from one end, repeatedly ("no longer really" -> nothing)."""
+        while tokens:
+            edge = tokens[0] if leading else tokens[-1]
+            for phrase in (self.by_first if leading else self.by_last).get(edge, ()):
+                size = len(phrase)
+                if size <= len(tokens) and tuple(tokens[:size] if leading else tokens[-size:]) == phrase:
+                    tokens = tokens[size:] if leading else tokens[:-size]
+                    break
+            else:
+                return tokens
+        return tokens
+
+
+@dataclass(frozen=True)
+class CueFinder:
+    """A word list (as Phrases) plus optional raw regexes (e.g. "\\w+n't"): the first cue found, or None."""
+
+    phrases: Phrases
+    pattern: re.Pattern[str] | None
+
+    def first(self, text: str, tokens: Sequence[str]) -> str | None:
+        found = self.phrases.find(tokens)
+        if found is not None:
+            return " ".join(tokens[found[0] : found[0] + found[1]])
+        match = self.pattern.search(text) if self.pattern is not None else None
+        return match.group(0) if match else None
+
+
+@dataclass(frozen=True)
 class RuleBook:
     """The compiled contents of a rules YAML file."""
 
     source: str
-    negation: re.Pattern[str]
-    change: re.Pattern[str]
+    negation: CueFinder
+    change: CueFinder
     pole_labels_of_form: Mapping[str, tuple[str, ...]] = field(repr=False)  # "dislikes" -> ("dislike",)
     poles_of_label: Mapping[str, tuple[tuple[int, int], ...]] = field(repr=False)  # label -> (pair, side)
     pair_labels: tuple[tuple[str, str], ...] = field(repr=False)
-    claim_patterns: tuple[tuple[re.Pattern[str], str], ...] = field(repr=False)  # (pattern, form), in order
-    relation_of_form: Mapping[str, str] = field(repr=False)  # surface form -> relation name
+    claim_phrases: tuple[tuple[Phrases, str], ...] = field(repr=False)  # (operators, form), tried in order
+    assignment: re.Pattern[str] = field(repr=False)
+    assignment_chars: frozenset[str] = field(repr=False)  # no such character, no assignment to try
+    relation_of_form: Mapping[tuple[str, ...], str] = field(repr=False)  # ("lived", "in") -> "lives in"
     single_valued: frozenset[str] = field(repr=False)
     pronouns: frozenset[str] = field(repr=False)
     possessives: frozenset[str] = field(repr=False)
-    subject_stop_phrases: tuple[tuple[str, ...], ...] = field(repr=False)
-    value_stop_phrases: tuple[tuple[str, ...], ...] = field(repr=False)
+    subject_stop_phrases: Phrases = field(repr=False)
+    value_stop_phrases: Phrases = field(repr=False)
     value_terminator: re.Pattern[str] = field(repr=False)
     function_words: frozenset[str] = field(repr=False)
     ignored_content_words: frozenset[str] = field(repr=False)
     max_subject_tokens: int = 8
     quantity: re.Pattern[str] = field(repr=False, default=re.compile(r"(?!)"))
     quantity_kinds: Mapping[str, str] = field(repr=False, default_factory=dict)  # outer group -> kind
+    quantity_words: frozenset[str] = field(repr=False, default=frozenset())  # quantities without a digit
     number_words: Mapping[str, float] = field(repr=False, default_factory=dict)
     month_number: Mapping[str, int] = field(repr=False, default_factory=dict)
     weekday_name: Mapping[str, str] = field(repr=False, default_factory=dict)
@@ -149,11 +211,22 @@ def _require(raw: Mapping[str, Any], key: str, source: str) -> Any:
     return raw[key]
 
 
-def _phrase_pattern(words: Iterable[str], patterns: Iterable[str] = ()) -> re.Pattern[str]:
-    """One regex for a word list (longest first, on word boundaries) plus raw patterns."""
-    alternatives = [r"\b" + re.escape(w.lower()) + r"\b" for w in sorted(set(words), key=len, reverse=True)]
-    alternatives += list(patterns)
-    return re.compile("|".join(alternatives) if alternatives else r"(?!)")
+def _words(values: Any, key: str, source: str) -> list[str]:
+    """A list of words or phrases, lowercased; booleans from bare yes/no/on/off are reported, not matched."""
+    if not isinstance(values, list):
+        raise ValueError(f"contradiction rules {source}: {key} must be a list")
+    odd = [v for v in values if not isinstance(v, str)]
+    if odd:
+        raise ValueError(
+            f"contradiction rules {source}: {key} has non-text entries {odd!r} "
+            "(quote yes/no/on/off/true/false: YAML reads them bare as booleans)"
+        )
+    return [v.lower() for v in values]
+
+
+def _cue_finder(words: Iterable[str], patterns: Iterable[str] = ()) -> CueFinder:
+    patterns = list(patterns)
+    return CueFinder(Phrases.of(words), re.compile("|".join(patterns)) if patterns else None)
 
 
 def _inflections(word: str) -> set[str]:
@@ -174,7 +247,7 @@ def _inflections(word: str) -> set[str]:
 
 def _side_forms(side: str, inflect: bool) -> tuple[str, set[str]]:
     """'sit|sat' -> label 'sit', forms {sit, sits, sitting, sat, ...}."""
-    written = [w.strip().lower() for w in str(side).split("|") if w.strip()]
+    written = [w.strip() for w in side.split("|") if w.strip()]
     forms: set[str] = set()
     for word in written:
         forms |= _inflections(word) if inflect else {word}
@@ -190,7 +263,7 @@ def _compile_polar(raw: Mapping[str, Any], source: str):
         if len(pair) != 2:
             raise ValueError(f"contradiction rules {source}: polar pair {pair!r} needs exactly two sides")
         labels = []
-        for side_index, side in enumerate(pair):
+        for side_index, side in enumerate(_words(pair, f"polar_pairs.pairs[{index}]", source)):
             label, forms = _side_forms(side, inflect)
             labels.append(label)
             poles_of_label.setdefault(label, []).append((index, side_index))
@@ -210,44 +283,38 @@ def _relation_alternation(forms: Iterable[str]) -> str:
     return "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
 
 
-def _claim_pattern(operator: str) -> re.Pattern[str]:
-    # Lazy subject: the leftmost operator splits the sentence ("the man who lives in x works at y" is odd
-    # either way; leftmost keeps short subjects, which is what memories mostly are).
-    return re.compile(rf"^(?P<subject>.+?)(?P<op>{operator})(?P<value>.+)$")
-
-
 def _compile_claims(raw: Mapping[str, Any], source: str):
+    """Relation surface forms (strong, then weak), copular verbs and the assignment regex."""
     relations = _require(raw, "relations", source)
     default_inflect = bool(relations.get("inflect", True))
-    relation_of_form: dict[str, str] = {}
+    relation_of_form: dict[tuple[str, ...], str] = {}
     strong: list[str] = []
     weak: list[str] = []
     single_valued: set[str] = set()
     for name, entry in _require(relations, "entries", source).items():
         inflect = bool(entry.get("inflect", default_inflect))
         forms: set[str] = set()
-        for written in entry["forms"]:
-            forms |= _inflections(written.lower()) if inflect and " " not in written else {written.lower()}
+        for written in _words(entry["forms"], f"relations.entries.{name}.forms", source):
+            forms |= _inflections(written) if inflect and " " not in written else {written}
         for form in forms:
-            relation_of_form[form] = name
+            relation_of_form[tuple(form.split())] = name
         (weak if entry.get("weak") else strong).extend(forms)
         if entry.get("single_valued", True):
             single_valued.add(name)
-    copular = _require(raw, "copular", source)["verbs"]
-    operators = _require(raw, "assignment", source)["operators"]
-    patterns = []
-    for forms, form_name in ((strong, "relational"), (weak, "relational")):
-        if forms:
-            patterns.append((_claim_pattern(rf"\s+(?:{_relation_alternation(forms)})\s+"), form_name))
-    patterns.append((_claim_pattern(rf"\s+(?:{_relation_alternation(copular)})\s+"), "copular"))
+    copular = _words(_require(raw, "copular", source)["verbs"], "copular.verbs", source)
+    if raw["copular"].get("single_valued", True):
+        single_valued.add(COPULAR_RELATION)
+    operators = _words(_require(raw, "assignment", source)["operators"], "assignment.operators", source)
+    claim_phrases = tuple(
+        (Phrases.of(forms), form) for forms, form in ((strong, "relational"), (weak, "relational"), (copular, "copular"))
+        if forms
+    )
     # A colon needs a space after it ("9:30" and URLs are not assignments); "=" and arrows may be tight.
-    assignment = "|".join(re.escape(op) + (r"\s+" if op == ":" else r"\s*") for op in operators)
-    patterns.append((_claim_pattern(rf"\s*(?:{assignment})"), "assignment"))
-    return tuple(patterns), relation_of_form, frozenset(single_valued)
-
-
-def _phrases(words: Iterable[str]) -> tuple[tuple[str, ...], ...]:
-    return tuple(sorted({tuple(w.lower().split()) for w in words}, key=len, reverse=True))
+    alternation = "|".join(
+        re.escape(op) + (r"\s+" if op == ":" else r"\s*") for op in sorted(operators, key=len, reverse=True)
+    )
+    assignment = re.compile(rf"^(?P<subject>.+?)\s*(?:{alternation})(?P<value>.+)$")
+    return claim_phrases, assignment, frozenset("".join(operators)), relation_of_form, frozenset(single_valued)
 
 
 def _compile_quantities(raw: Mapping[str, Any], source: str):
@@ -275,41 +342,55 @@ def _compile_quantities(raw: Mapping[str, Any], source: str):
             renamed = re.sub(r"\(\?P<(\w+)>", lambda m, o=outer: f"(?P<{o}_{m.group(1)}>", pattern)
             alternatives.append(f"(?P<{outer}>{renamed})")
             kinds[outer] = kind
-    return re.compile("|".join(alternatives)), kinds, number_words, month_number, weekday_name
+    # Text without a digit is only scanned when it has one of these words (most memories have neither).
+    words_without_digits = set(month_number) | set(weekday_name) | set(number_words)
+    words_without_digits |= set(_words(raw["times"].get("words", []), "times.words", source))
+    words_without_digits |= set(_words(raw["dates"].get("words", []), "dates.words", source))
+    return (
+        re.compile("|".join(alternatives)),
+        kinds,
+        frozenset(words_without_digits),
+        number_words,
+        month_number,
+        weekday_name,
+    )
 
 
 def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
-    negation = _require(raw, "negation", source)
-    change = _require(raw, "change", source)
+    def words(key: str, sub: str | None = None) -> list[str]:
+        value = _require(raw, key, source)
+        return _words(value.get(sub, []) if sub else value, f"{key}.{sub}" if sub else key, source)
+
+    negation_words, change_words = words("negation", "words"), words("change", "words")
+    subject_stops, value_stops = words("subject_stop_words"), words("value_stop_words")
     labels_of_form, poles_of_label, pair_labels = _compile_polar(_require(raw, "polar_pairs", source), source)
-    claim_patterns, relation_of_form, single_valued = _compile_claims(raw, source)
-    quantity, kinds, number_words, month_number, weekday_name = _compile_quantities(raw, source)
-    function_words = frozenset(w.lower() for w in _require(raw, "function_words", source))
-    single_token_cues = {
-        w.lower()
-        for w in [*negation["words"], *change["words"], *raw["subject_stop_words"], *raw["value_stop_words"]]
-        if " " not in w
-    }
+    claim_phrases, assignment, assignment_chars, relation_of_form, single_valued = _compile_claims(raw, source)
+    quantity, kinds, quantity_words, number_words, month_number, weekday_name = _compile_quantities(raw, source)
+    function_words = frozenset(words("function_words"))
+    single_token_cues = {w for w in [*negation_words, *change_words, *subject_stops, *value_stops] if " " not in w}
     return RuleBook(
         source=source,
-        negation=_phrase_pattern(negation["words"], negation.get("patterns", ())),
-        change=_phrase_pattern(change["words"], change.get("patterns", ())),
+        negation=_cue_finder(negation_words, raw["negation"].get("patterns", ())),
+        change=_cue_finder(change_words, raw["change"].get("patterns", ())),
         pole_labels_of_form=labels_of_form,
         poles_of_label=poles_of_label,
         pair_labels=pair_labels,
-        claim_patterns=claim_patterns,
+        claim_phrases=claim_phrases,
+        assignment=assignment,
+        assignment_chars=assignment_chars,
         relation_of_form=relation_of_form,
         single_valued=single_valued,
-        pronouns=frozenset(w.lower() for w in _require(raw, "pronouns", source)),
-        possessives=frozenset(w.lower() for w in _require(raw, "possessives", source)),
-        subject_stop_phrases=_phrases(_require(raw, "subject_stop_words", source)),
-        value_stop_phrases=_phrases(_require(raw, "value_stop_words", source)),
+        pronouns=frozenset(words("pronouns")),
+        possessives=frozenset(words("possessives")),
+        subject_stop_phrases=Phrases.of(subject_stops),
+        value_stop_phrases=Phrases.of(value_stops),
         value_terminator=re.compile("|".join(_require(raw, "value_terminators", source)["patterns"])),
         function_words=function_words,
         ignored_content_words=function_words | single_token_cues | set(labels_of_form),
         max_subject_tokens=int(raw.get("max_subject_tokens", 8)),
         quantity=quantity,
         quantity_kinds=kinds,
+        quantity_words=quantity_words,
         number_words=number_words,
         month_number=month_number,
         weekday_name=weekday_name,
@@ -336,7 +417,8 @@ class Claim:
 
 @dataclass(frozen=True)
 class Quantities:
-    template: str  # the text with every quantity replaced by its placeholder
+    template: str  # the text with every quantity replaced by its placeholder, without function words
+    label: str  # the same with function words, for reasons
     numbers: tuple[str, ...]
     numbers_text: tuple[str, ...]
     temporals: tuple[str, ...]
@@ -357,56 +439,51 @@ def tokens_of(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
-def _strip_phrases(tokens: list[str], phrases: Sequence[tuple[str, ...]], *, leading: bool) -> list[str]:
-    """Drop stop phrases from one end of a token list, repeatedly ("no longer really" -> "")."""
-    changed = True
-    while tokens and changed:
-        changed = False
-        for phrase in phrases:
-            size = len(phrase)
-            edge = tuple(tokens[:size]) if leading else tuple(tokens[-size:])
-            if size <= len(tokens) and edge == phrase:
-                tokens = tokens[size:] if leading else tokens[:-size]
-                changed = True
-                break
-    return tokens
-
-
-def _clean_subject(raw: str, rules: RuleBook) -> str | None:
-    tokens = tokens_of(raw)
-    while tokens and tokens[0] in rules.possessives:
-        tokens = tokens[1:]
-    tokens = _strip_phrases(tokens, rules.subject_stop_phrases, leading=False)
-    if not tokens or len(tokens) > rules.max_subject_tokens:
+def _clean_subject(tokens: list[str], rules: RuleBook) -> str | None:
+    start = 0
+    while start < len(tokens) and tokens[start] in rules.possessives:
+        start += 1
+    kept = rules.subject_stop_phrases.strip(tokens[start:], leading=False)
+    if not kept or len(kept) > rules.max_subject_tokens:
         return None
-    return " ".join(tokens)
+    return " ".join(kept)
 
 
 def clean_value(raw: str, rules: RuleBook) -> str | None:
+    """The value up to a clause boundary, without articles, adverbs or negation/change words at its ends."""
     cut = rules.value_terminator.search(raw)
     tokens = tokens_of(raw[: cut.start()] if cut else raw)
-    tokens = _strip_phrases(tokens, rules.value_stop_phrases, leading=True)
-    tokens = _strip_phrases(tokens, rules.value_stop_phrases, leading=False)
+    tokens = rules.value_stop_phrases.strip(tokens, leading=True)
+    tokens = rules.value_stop_phrases.strip(tokens, leading=False)
     return " ".join(tokens) or None
 
 
 def parse_claim(text: str, rules: RuleBook) -> Claim | None:
-    """The first claim pattern (relational, then weak relational, copular, assignment) that yields a subject
-    and a value. `text` must be `normalise`d."""
-    for pattern, form in rules.claim_patterns:
-        match = pattern.match(text)
-        if match is None:
+    """The first claim form (relational, weak relational, copular, assignment) that yields a subject and a
+    value; the leftmost operator splits the sentence. `text` must be `normalise`d."""
+    spans = list(_TOKEN.finditer(text))
+    tokens = [m.group() for m in spans]
+    for phrases, form in rules.claim_phrases:
+        found = phrases.find(tokens, start=1)
+        if found is None:
             continue
-        subject = _clean_subject(match["subject"], rules)
-        value = clean_value(match["value"], rules)
+        index, length = found
+        subject = _clean_subject(tokens[:index], rules)
+        value = clean_value(text[spans[index + length - 1].end() :], rules)
         if subject is None or value is None:
             continue
-        if form == "relational":
-            relation = rules.relation_of_form[" ".join(match["op"].split())]
-        else:
-            relation = COPULAR_RELATION
+        relation = rules.relation_of_form[tuple(tokens[index : index + length])] if form == "relational" else None
+        relation = relation or COPULAR_RELATION
         return Claim(subject, relation, value, form, relation in rules.single_valued)
-    return None
+    if rules.assignment_chars.isdisjoint(text):
+        return None
+    match = rules.assignment.match(text)
+    if match is None:
+        return None
+    subject, value = _clean_subject(tokens_of(match["subject"]), rules), clean_value(match["value"], rules)
+    if subject is None or value is None:
+        return None
+    return Claim(subject, COPULAR_RELATION, value, "assignment", COPULAR_RELATION in rules.single_valued)
 
 
 def _canonical_number(value: float) -> str:
@@ -445,11 +522,18 @@ def _canonical_date(match: re.Match[str], outer: str, rules: RuleBook) -> tuple[
 
 
 def _number_value(surface: str, rules: RuleBook) -> float:
-    return rules.number_words.get(surface) or float(surface.replace(",", ""))
+    if surface in rules.number_words:
+        return rules.number_words[surface]
+    return float(surface.replace(",", ""))
 
 
-def scan_quantities(text: str, rules: RuleBook) -> Quantities | None:
+_DIGIT = re.compile(r"\d")
+
+
+def scan_quantities(text: str, rules: RuleBook, tokens: Sequence[str] | None = None) -> Quantities | None:
     """Replace dates, clock times and numbers by placeholders; None when the text has none."""
+    if _DIGIT.search(text) is None and rules.quantity_words.isdisjoint(tokens_of(text) if tokens is None else tokens):
+        return None
     parts: list[str] = []
     numbers, numbers_text, temporals, temporals_text = [], [], [], []
     first_number = time_minutes = date = None
@@ -480,10 +564,13 @@ def scan_quantities(text: str, rules: RuleBook) -> Quantities | None:
     if position == 0:
         return None
     parts.append(text[position:])
-    template = " ".join(t for t in "".join(parts).split() if t not in rules.function_words)
+    words = "".join(parts).split()
+    label = " ".join(words)  # readable, for reasons
+    template = " ".join(t for t in words if t not in rules.function_words)  # the comparison key
     unit_tokens = tokens_of(text[unit_after:]) if unit_after is not None else []
     return Quantities(
         template=template,
+        label=label,
         numbers=tuple(numbers),
         numbers_text=tuple(numbers_text),
         temporals=tuple(temporals),
@@ -493,11 +580,6 @@ def scan_quantities(text: str, rules: RuleBook) -> Quantities | None:
         time_minutes=time_minutes,
         date=date,
     )
-
-
-def _first_match(pattern: re.Pattern[str], text: str) -> str | None:
-    match = pattern.search(text)
-    return match.group(0) if match else None
 
 
 def _poles(tokens: Sequence[str], rules: RuleBook) -> list[str]:
@@ -516,16 +598,18 @@ def memory_row(memory_id: str, content: str, rules: RuleBook) -> dict[str, Any]:
     text = normalise(content or "")
     tokens = tokens_of(text)
     claim = parse_claim(text, rules)
-    quantities = scan_quantities(claim.value if claim else text, rules)
+    quantities = scan_quantities(claim.value, rules) if claim else scan_quantities(text, rules, tokens)
     claim_key = f"{claim.subject}\x1f{claim.relation}\x1f" if claim else "\x1f\x1f"
     return {
         "id": memory_id,
-        "negated": (negation_cue := _first_match(rules.negation, text)) is not None,
+        "negated": (negation_cue := rules.negation.first(text, tokens)) is not None,
         "negation_cue": negation_cue,
-        "change_word": (change_cue := _first_match(rules.change, text)) is not None,
+        "change_word": (change_cue := rules.change.first(text, tokens)) is not None,
         "change_cue": change_cue,
         "poles": _poles(tokens, rules),
-        "content_tokens": sorted({t for t in tokens if t not in rules.ignored_content_words}),
+        "content_tokens": sorted(
+            {t for t in tokens if t not in rules.ignored_content_words and not t.endswith("n't")}
+        ),
         "subject": claim.subject if claim else None,
         "relation": claim.relation if claim else None,
         "value": claim.value if claim else None,
@@ -535,7 +619,7 @@ def memory_row(memory_id: str, content: str, rules: RuleBook) -> dict[str, Any]:
         "pronoun_subject": _pronoun_subject(claim, tokens, rules),
         "claim_label": claim.label if claim else None,
         "quantity_key": claim_key + quantities.template if quantities else None,
-        "quantity_label": (claim.label if claim else quantities.template) if quantities else None,
+        "quantity_label": (claim.label if claim else quantities.label) if quantities else None,
         "numbers": "|".join(quantities.numbers) if quantities and quantities.numbers else None,
         "numbers_text": ", ".join(quantities.numbers_text) if quantities and quantities.numbers else None,
         "temporals": "|".join(quantities.temporals) if quantities and quantities.temporals else None,
@@ -552,7 +636,9 @@ def memory_features(ids: Sequence[str], contents: Sequence[str], rules: RuleBook
     if len(ids) != len(contents):
         raise ValueError(f"memory_features: {len(ids)} ids but {len(contents)} contents")
     rows = [memory_row(str(i), c, rules) for i, c in zip(ids, contents, strict=True)]
-    return pa.Table.from_pylist(rows, schema=FEATURES_SCHEMA)
+    # Column by column: pa.Table.from_pylist spends more time per row than the parsing itself.
+    columns = [pa.array([row[f.name] for row in rows], f.type) for f in FEATURES_SCHEMA]
+    return pa.Table.from_arrays(columns, schema=FEATURES_SCHEMA)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -595,6 +681,7 @@ def rule_for_pair(
         or newer["pronoun_subject"]
         or (both_claims and not same_claim)
         or (older["negated"] and newer["negated"])
+        or (older["change_word"] and newer["change_word"])
     )
     compatible = same_claim and _values_compatible(older, newer)
     unnegated = not older["negated"] and not newer["negated"]
@@ -805,12 +892,15 @@ def _opposite_pole_mask(m: _MemoryArrays, older: np.ndarray, newer: np.ndarray) 
     return opposite
 
 
-def _rule_masks(m: _MemoryArrays, older: np.ndarray, newer: np.ndarray, known: np.ndarray, explicit) -> _PairMasks:
+def _rule_masks(
+    m: _MemoryArrays, older: np.ndarray, newer: np.ndarray, known: np.ndarray, explicit: np.ndarray
+) -> _PairMasks:
     subject_o, subject_n = m.subject[older], m.subject[newer]
     both_claims = (subject_o >= 0) & (subject_n >= 0)
     same_claim = both_claims & (subject_o == subject_n) & (m.relation[older] == m.relation[newer])
     neg_o, neg_n = m.negated[older], m.negated[newer]
-    open_ = known & ~(m.pronoun[older] | m.pronoun[newer] | (both_claims & ~same_claim) | (neg_o & neg_n))
+    both_changed = m.change[older] & m.change[newer]
+    open_ = known & ~(m.pronoun[older] | m.pronoun[newer] | (both_claims & ~same_claim) | (neg_o & neg_n) | both_changed)
     compatible = _values_compatible_mask(m, older, newer, same_claim)
     unnegated = ~neg_o & ~neg_n
     key_o = m.quantity_key[older]
@@ -824,7 +914,7 @@ def _rule_masks(m: _MemoryArrays, older: np.ndarray, newer: np.ndarray, known: n
     quantity_open = open_ & unnegated & same_quantity_key
     return _PairMasks(
         negation=open_ & (neg_o != neg_n) & ~(same_claim & ~compatible),
-        change=open_ & m.change[newer] & ~m.change[older] & ~compatible,
+        change=open_ & m.change[newer] & ~compatible,
         polar=polar,
         value_swap=open_ & same_claim & ~compatible & m.single_valued[newer] & unnegated & ~same_quantity_key,
         numeric=quantity_open & (m.numbers[older] != m.numbers[newer]),
@@ -914,7 +1004,7 @@ def detect(pairs: pa.Table, features: pa.Table, rules: RuleBook) -> pa.Table:
         if len(rows):
             reason_parts.append(_reasons(rule, features, older[rows], newer[rows], m, rules))
             rule_parts.append(pa.array([rule] * len(rows), pa.string()))
-    back = np.argsort(np.argsort(order, kind="stable"), kind="stable")  # grouped order -> pair order
+    back = np.argsort(order, kind="stable")  # grouped-by-rule position -> pair order
     reasons = pa.concat_arrays(reason_parts).take(pa.array(back)) if reason_parts else pa.array([], pa.string())
     rules_fired = pa.concat_arrays(rule_parts).take(pa.array(back)) if rule_parts else pa.array([], pa.string())
     chosen = pairs.take(pa.array(fired))
@@ -935,19 +1025,22 @@ def structural_candidates(
 ) -> pa.Table:
     """Pairs with the same (namespace, subject, relation) and different values, whatever their cosine.
 
-    `namespaces`: id, namespace, optionally created_at (recency for the cap). Only claims that could fire are
-    joined: unnegated, a non-pronoun subject, a single-valued relation or a quantity. Each group is capped to its
-    `group_limit` most recent memories (by created_at, then id) so one subject repeated thousands of times
-    stays bounded; older rows of such a group are compared only through the cosine band.
-    Returns left_id < right_id, namespace; deduplicated.
+    `namespaces`: id, namespace, optionally created_at (recency for the cap, and passed on as
+    left_created_at/right_created_at so the result feeds `detect` directly). Only claims that could fire are
+    joined: unnegated, a non-pronoun subject, a single-valued relation or a quantity. Each group keeps its
+    `group_limit` most recent memories (created_at, then id, descending): one subject repeated 10k times gives
+    at most K*(K-1)/2 pairs instead of 50M, and an older row of such a group is compared only through the
+    cosine band. Returns left_id < right_id and namespace, deduplicated, in a stable order.
     """
-    recency = "n.created_at" if "created_at" in namespaces.column_names else "NULL"
+    has_time = "created_at" in namespaces.column_names
+    recency = "n.created_at" if has_time else "NULL"
+    times = ", a.created_at AS left_created_at, b.created_at AS right_created_at" if has_time else ""
     con = duckdb.connect()
     try:
         con.register("features", features.select(["id", "subject", "relation", "value", "negated",
                                                   "pronoun_subject", "single_valued", "quantity_key"]))
         con.register("namespaces", namespaces)
-        return con.execute(
+        return con.sql(
             f"""
             WITH claims AS (
                 SELECT DISTINCT f.id, n.namespace, f.subject, f.relation, f.value, {recency} AS created_at
@@ -959,14 +1052,13 @@ def structural_candidates(
                                              ORDER BY created_at DESC NULLS LAST, id DESC) AS recency
                 FROM claims
             )
-            SELECT DISTINCT a.id AS left_id, b.id AS right_id, a.namespace
+            SELECT DISTINCT a.id AS left_id, b.id AS right_id, a.namespace{times}
             FROM ranked a
             JOIN ranked b ON a.namespace = b.namespace AND a.subject = b.subject AND a.relation = b.relation
                          AND a.id < b.id
-            WHERE a.recency <= $limit AND b.recency <= $limit AND a.value <> b.value
+            WHERE a.recency <= {int(group_limit)} AND b.recency <= {int(group_limit)} AND a.value <> b.value
             ORDER BY a.namespace, left_id, right_id
-            """,
-            {"limit": group_limit},
+            """
         ).to_arrow_table()
     finally:
         con.close()

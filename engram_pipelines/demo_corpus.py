@@ -7,11 +7,14 @@ cross-namespace twins, link garbage. About `PLANTED_FRACTION` of the rows are pl
 memories (conversation events) written so that they plant nothing by accident:
 
 - every background sentence carries a unique ticket or note number, so no two rows share content;
-- background and non-contradiction templates avoid relational and copular forms ("X is Y", "uses",
-  "prefers", "lives in", "works at"), so a structural contradiction join finds only the planted pairs;
-- each planted group gets subjects (person, project) unique within its namespace;
+- background templates avoid relational and copular forms ("X is Y", "uses", "prefers", "lives in",
+  "works at"), so a structural contradiction join finds only the planted pairs;
+- each planted group gets its own person and project names, so no two groups state facts about one subject;
 - vectors are a namespace topic direction plus noise orthogonal to it, so unrelated memories of one topic sit
-  around 0.25-0.5 cosine and no unplanted pair reaches 0.70 (checked by the tests on whole namespaces).
+  around 0.25-0.5 cosine and no unplanted pair reaches 0.70 (tested; checked once on a whole 1M corpus).
+
+`TRUTH_KINDS` says what each truth kind means. Pairwise kinds list `ids[0]` first: the head, the expected
+canonical (highest importance) or the older statement.
 
 Planted cosines are exact by construction: a member of a group is `c * head + sqrt(1 - c^2) * w` with `w` a
 unit vector orthogonal to the head and to the other members' `w`, so member-head cosines are `c` and
@@ -49,9 +52,8 @@ CORE_WEIGHTS = (0.3, 0.25, 0.25, 0.2)
 TENANT_TARGET_ROWS = 2_500  # for large corpora: many small tenants, as in a multi-tenant deployment
 MIN_ROWS = 500
 TOPICS_PER_NAMESPACE = 8
-LAST_RUN_AGE = (
-    21.0 / 24.0
-)  # the previous nightly run: 03:00 on the as-of day, in days before the as-of instant
+# The previous nightly run, 03:00 on the as-of day, in days before the as-of instant.
+LAST_RUN_AGE = 21.0 / 24.0
 DAY_US = 86_400_000_000
 FIRST_NUMBER = 10_000  # ticket and note numbers: planted groups first, then background rows
 _CHUNK = 8_192  # rows per vector batch: buffers under glibc's 32 MB mmap threshold get reused, not re-faulted
@@ -65,6 +67,42 @@ TRUTH_SCHEMA = pa.schema(
         pa.field("note", pa.string(), nullable=False),
     ]
 )
+
+TRUTH_KINDS = {
+    # planted rows (about PLANTED_FRACTION of n)
+    "exact_duplicate": "2-4 rows, identical content and vector; collapse into ids[0]",
+    "near_duplicate": "2-4 paraphrases at cosine >= 0.97 to ids[0]; collapse into ids[0]",
+    "merge_cluster": "2-6 paraphrases in [0.85, 0.97) to ids[0], the canonical; the others become losers",
+    "pinned_cluster_member": "a merge cluster whose ids[1] is pinned: it must never be superseded",
+    "chain": "A~B and B~C in [0.85, 0.97), A~C below 0.85: A and C never share a cluster",
+    "contradiction": "older ids[0], newer ids[1]: one subject, another value or polarity; cos [0.80, 0.97)",
+    "structural_contradiction": "a contradiction below cosine 0.80: only a (subject, relation) join finds it",
+    "contradiction_control": "looks like one (elaboration, pronoun subject) but must not fire",
+    "stale": "old, never accessed, unimportant, never scored: marked stale, then archived",
+    "deprecated": "tagged deprecated: archived",
+    "archived": "already archived; note due=yes: grace expired, moves to purge_queue",
+    "purge_queue": "already queued; note due=yes: grace expired, purged with an audit pre-image",
+    "pinned": "pinned, old, never accessed (some tagged deprecated): survives every step",
+    "block": "kind block (some tagged deprecated): exempt from decay and retention",
+    "semantic_pattern": "one fact in >= 3 conversations, pairwise cosine in [0.70, 0.85): a semantic node",
+    "single_conversation_pattern": "one fact 3-4 times in one conversation: no semantic node",
+    "compression_cluster": "3-5 low-importance notes in one conversation, pairwise >= 0.75: one summary",
+    "promotable_stm": "STM with access >= 3 and importance >= 0.5 (some exactly at both): promoted to LTM",
+    "semantic_promotion": "episodic, access > 10, importance > 0.8, a critical/permanent tag or 2 links in",
+    "promotion_boundary": "just below a promotion threshold: not promoted",
+    "cross_namespace_twin": "the same fact in two namespaces (namespace 'a,b'): never paired",
+    "cue_boost": "equal rows but ids[0] has cue words and a cue tag: it scores higher (engram policy)",
+    "association": "two related facts at cosine [0.70, 0.85): an associated link",
+    "superseded": "ids[1] already superseded_by ids[0] (with a duplicate-of link): no change",
+    "missing_embedding": "no vector: skipped by similarity analyses",
+    "embedding_excluded": "a duplicate pair whose ids[1] has metadata.embeddingExcluded: never merged",
+    # links and conversations (background and planted)
+    "temporal_missing": "a conversation without temporal edges, ids in creation order: forward edges built",
+    "temporal_boost": "[src, dst] temporal edge traversed since the last cycle: weight x 0.95 x 1.2",
+    "temporal_prune": "[src, dst] temporal edge at 0.051: x 0.95 falls below 0.05, pruned",
+    "dangling_link": "[src, dst] link with an endpoint id no memory has: gc removes it",
+    "duplicate_link": "[src, dst] link present twice: gc keeps one",
+}
 
 # Planted cosine bands: inside the analyses' default thresholds, with a margin float noise never crosses.
 DUPLICATE_COS = (0.975, 0.995)
@@ -249,7 +287,7 @@ PARAPHRASES = {
             "dark mode in every app",
             "short bullet-point answers",
             "metric units in recipes",
-            "email summaries instead of chat pings",
+            "email summaries over chat pings",
             "meetings before noon",
             "citations with page numbers",
             "British spelling in documents",
@@ -294,15 +332,15 @@ PARAPHRASES_BY_FLAVOR = {
     "user": ("preference", "appointment"),
     "tenant": ("decision", "incident", "release", "preference", "finding", "appointment"),
 }
-# Twins carry a project subject from a reserved range, never a person, so they collide with nothing.
+# Twins state project facts (shared work two agents or tenants both record), whatever the namespaces.
 TWIN_FAMILIES = ("decision", "incident", "release")
 
 OBSERVATIONS = {
     "coder": _Family(
         "build",
         _templates(
-            "The {X} build failed again until {V}.",
-            "{X} builds only passed after {V} today.",
+            "The {X} build broke again until {V}.",
+            "{X} builds only went green after {V} today.",
             "Another {X} build needed {V} first.",
             "Fixed the {X} build once more by {V}.",
             "Same {X} build breakage this session, resolved by {V}.",
@@ -349,11 +387,11 @@ OBSERVATIONS = {
 OBSERVATIONS["tenant"] = OBSERVATIONS["user"]
 
 COMPRESSION = _templates(
-    "Checked the {X} {S} dashboard, nothing unusual (check {N}-{M}).",
+    "Checked the {X} {S} dashboard, everything normal (check {N}-{M}).",
     "Glanced at the {X} {S} logs, only routine noise (check {N}-{M}).",
     "Looked over the {X} {S} metrics again, all flat (check {N}-{M}).",
     "Another quick look at the {X} {S} dashboard, still quiet (check {N}-{M}).",
-    "Health check of {X} {S} done, no alerts (check {N}-{M}).",
+    "Health check of {X} {S} done, alerts all green (check {N}-{M}).",
 )
 
 CHAINS = {
@@ -477,6 +515,12 @@ CONFLICTS_BY_FLAVOR = {
     "research": ("works_at", "lives_in", "standup", "prefers_lang"),
     "user": ("lives_in", "works_at", "standup", "prefers_lang"),
     "tenant": tuple(CONFLICTS),
+}
+# Pairs below the cosine band are found only by joining claims on (subject, relation) with differing values; a
+# negation keeps the value, so no negation family there.
+STRUCTURAL_BY_FLAVOR = {
+    flavor: tuple(name for name in names if CONFLICTS[name].pairing != "same")
+    for flavor, names in CONFLICTS_BY_FLAVOR.items()
 }
 # Pairs that look like contradictions by cosine but must not fire (seed 000's rules).
 CONTROLS = (
@@ -1008,7 +1052,7 @@ def _plant_contradictions(plan: _Plan, groups: _Groups) -> None:
 
 
 def _plant_structural_contradictions(plan: _Plan, groups: _Groups) -> None:
-    families = [CONFLICTS[name] for name in _choose(plan, groups.ns, CONFLICTS_BY_FLAVOR)]
+    families = [CONFLICTS[name] for name in _choose(plan, groups.ns, STRUCTURAL_BY_FLAVOR)]
     _plant_conflicts(
         plan,
         groups,

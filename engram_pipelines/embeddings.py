@@ -90,7 +90,7 @@ class MiniLMEmbedder:
     dim = MINILM_DIM
 
     def __init__(self, *, batch_size: int = 32, threads: int | None = None) -> None:
-        # Attention memory grows with batch x tokens^2; 32 x 256 tokens stays around 100 MB.
+        # Attention memory grows with batch x tokens^2: the scores of 32 texts of 256 tokens take about 100 MB.
         self.batch_size = batch_size
         self.threads = threads or os.cpu_count() or 1
 

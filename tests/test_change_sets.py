@@ -246,3 +246,30 @@ def test_explain_tells_the_lifecycle(store, warehouse):
     )
     assert [a["op"] for a in story["audit"]] == ["supersede"]
     assert explain_memory(store, "m2")["changes"][0]["role"] == "referenced"
+
+
+HIDING_INTENTS = [
+    ("mark_stale", {"score": 0.1}, {}),
+    ("move_zone", {"from": "active", "to": "archived"}, {}),
+    ("move_zone", {"from": "archived", "to": "purge_queue"}, {"zone": "archived"}),
+    ("purge", {}, {"zone": "purge_queue"}),
+    ("supersede", {"by": "m2"}, {}),
+]
+
+
+@pytest.mark.parametrize(("op", "params", "row"), HIDING_INTENTS, ids=[f"{o}-{i}" for i, (o, _, _) in enumerate(HIDING_INTENTS)])
+@pytest.mark.parametrize("protection", ["pinned", "block"])
+def test_every_op_that_hides_or_deletes_spares_pinned_rows_and_blocks(store, warehouse, op, params, row, protection):
+    protect = {"pinned": True} if protection == "pinned" else {"kind": "block"}
+    store.insert_memories([memory(1, **row, **protect), memory(2)])
+    before = store.get("m1")
+    cs = propose(store, warehouse, [intent("m1", op, **params)])
+    _, table = load_change_set(store, cs)
+    memories = warehouse.read_table("memories", AS_OF)
+    if table.column("destructive").to_pylist()[0]:
+        assert destructive_on_pinned(table, memories), "the blocking check must flag it"
+    result = apply_change_set(store, cs)
+    assert (result.applied, result.ineligible) == (0, 1)
+    assert "pinned or a block" in next(iter(result.ineligible_reasons))
+    after = store.get("m1")
+    assert (after.pop("embedding") == before.pop("embedding")).all() and after == before

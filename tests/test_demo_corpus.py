@@ -114,6 +114,9 @@ def test_sizes_namespaces_and_planted_share(fixture: str, n: int, request: pytes
     if n >= 50_000:
         assert abs(share - demo_corpus.PLANTED_FRACTION) < 0.02
     assert {t["kind"] for t in v.truth} >= set(demo_corpus.ROW_KINDS)
+    documented = set(demo_corpus.TRUTH_KINDS)
+    assert {t["kind"] for t in v.truth} <= documented
+    assert documented == {*demo_corpus.ROW_KINDS, *demo_corpus.TRUTH_LINK_KINDS}
 
 
 def test_namespace_count_argument() -> None:

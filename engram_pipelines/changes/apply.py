@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from engram_pipelines.changes.intents import Ineligible, Intent, check_eligible, diff, fold
+from engram_pipelines.changes.intents import Ineligible, Intent, check_eligible, diff, fold, hides
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.progress import Progress, SilentProgress
 from engram_pipelines.store import Guard, LinkWrite, MemoryWrite, Outcome, Store
@@ -182,6 +182,7 @@ class _Context:
                     op=_op_name(change),
                     patch=patch,
                     guard=Guard(row["access_count"], row["last_accessed_at"], row["pinned"]),
+                    hides=delete or hides(intents),
                 )
             )
         self.result.retried += len(second)
@@ -237,6 +238,7 @@ def _first_attempt(change: dict[str, Any]) -> MemoryWrite:
         guard=Guard(
             change["guard_access_count"], change["guard_last_accessed_at"], bool(change["guard_pinned"])
         ),
+        hides=change["op"] == "delete" or hides([Intent(**i) for i in json.loads(change["intents"])]),
     )
 
 

@@ -73,6 +73,16 @@ def content_sha(content: str) -> str:
     return hashlib.sha256(content.encode()).hexdigest()[:16]
 
 
+def _hiding(intents: list[Intent]) -> set[str]:
+    # Moving a row back to Active un-hides it: neither a pin nor a fresh access stands in its way.
+    return {i.op for i in intents if not (i.op == "move_zone" and i.params.get("to") == "active")} & HIDING_OPS
+
+
+def hides(intents: list[Intent]) -> bool:
+    """Whether these intents hide or delete their row (so a pin or a block forbids them)."""
+    return bool(_hiding(intents))
+
+
 def check_eligible(intents: list[Intent], row: dict[str, Any] | None, guard: dict[str, Any]) -> None:
     """Raise Ineligible when `row` (fresh from the store) no longer qualifies for these intents.
 
@@ -80,11 +90,11 @@ def check_eligible(intents: list[Intent], row: dict[str, Any] | None, guard: dic
     """
     if row is None:
         raise Ineligible("target no longer exists")
-    # Moving a row back to Active un-hides it: neither a pin nor a fresh access stands in its way.
-    ops = {i.op for i in intents if not (i.op == "move_zone" and i.params.get("to") == "active")}
-    if ops & HIDING_OPS and (row["pinned"] or row["kind"] == "block"):
-        raise Ineligible("row is pinned or a block now")
-    if ops & ACCESS_SENSITIVE_OPS and (
+    hiding = _hiding(intents)
+    if hiding and (row["pinned"] or row["kind"] == "block"):
+        raise Ineligible("row is pinned or a block: nothing hides or deletes it")
+    ops = {i.op for i in intents}
+    if hiding & ACCESS_SENSITIVE_OPS and (
         row["access_count"] != guard.get("access_count")
         or row["last_accessed_at"] != guard.get("last_accessed_at")
     ):

@@ -64,6 +64,7 @@ class MemoryWrite:
     op: str
     patch: dict[str, Any] | str = field(default_factory=dict)  # column -> new value, or that as JSON text
     guard: Guard | None = None
+    hides: bool = False  # hides or deletes the row: never lands on a pinned row or a block
 
 
 @dataclass
@@ -559,13 +560,15 @@ class Store(ABC):
         "g_access_count",
         "g_last_accessed_at",
         "g_pinned",
+        "hides",
         "patch",
     )
 
     def _cas_condition(self) -> str:
         return (
             "m.version = b.expected_version AND (b.g_check = 0 OR (m.access_count = b.g_access_count "
-            f"AND {self._null_safe_eq('m.last_accessed_at', 'b.g_last_accessed_at')} AND m.pinned = b.g_pinned))"
+            f"AND {self._null_safe_eq('m.last_accessed_at', 'b.g_last_accessed_at')} AND m.pinned = b.g_pinned)) "
+            "AND (b.hides = 0 OR (NOT m.pinned AND m.kind <> 'block'))"
         )
 
     def _null_safe_eq(self, a: str, b: str) -> str:
@@ -607,6 +610,7 @@ class Store(ABC):
                     g.access_count if g else None,
                     self._to_db("last_accessed_at", g.last_accessed_at) if g else None,
                     self._to_db("pinned", g.pinned) if g else None,
+                    1 if w.hides else 0,
                     w.patch if isinstance(w.patch, str) else json.dumps(w.patch, default=_json_default),
                 )
             )

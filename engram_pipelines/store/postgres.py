@@ -32,6 +32,7 @@ _BATCH_TYPES = {
     "g_access_count": "bigint",
     "g_last_accessed_at": "timestamptz",
     "g_pinned": "boolean",
+    "hides": "integer",
     "patch": "jsonb",
 }
 _PATCH_CASTS = {"score": "double precision", "stale": "boolean", "zone_since": "timestamptz"}
