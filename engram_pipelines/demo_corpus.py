@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import itertools
 import json
 import mmap
@@ -43,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines import records
+from engram_pipelines.changes.intents import content_sha
 from engram_pipelines.timestamps import UTC, end_of_day, format_timestamp
 
 DEFAULT_AS_OF = dt.date(2026, 11, 29)
@@ -1991,7 +1991,7 @@ def _memory_table(plan: _Plan, order: np.ndarray, ids: _Ids, emb: np.ndarray, an
     vectors = pa.FixedSizeListArray.from_arrays(
         pa.array(emb.reshape(-1)), type=pa.list_(pa.float32(), dim), mask=pa.array(~has_vector)
     )
-    sha = [hashlib.sha256(c.encode()).hexdigest() for c in content]
+    sha = [content_sha(c) for c in content]  # the hash the embedding step compares against
     columns = {
         "id": ids.strings.slice(0, plan.n),
         "namespace": _categorical(plan.ns_names, plan.ns[order]),

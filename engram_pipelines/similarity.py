@@ -22,6 +22,7 @@ probe table (rows x nprobe int32); only the returned pairs grow with the output.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,9 +45,9 @@ _BATCH_ROWS = 8192  # rows (groups x padded size) in one batched matmul
 EDGE_BAND = 1e-5
 """Scores within this of the threshold are re-scored in float64: float32 GEMM error at d=384 is ~1e-6."""
 
-DEFAULT_ROWS_PER_CELL = 640
 DEFAULT_RECALL_TARGET = 0.99
 _MIN_CELLS = 16
+_MIN_ROWS_PER_CELL = 160
 _MAX_CELLS = 4096
 _TRAIN_ROWS_PER_CELL = 32
 _KMEANS_ITERATIONS = 8
@@ -82,7 +83,7 @@ def similar_pairs(
     seed: int = 0,
     recall_target: float = DEFAULT_RECALL_TARGET,
     nprobe: int | None = None,
-    rows_per_cell: int = DEFAULT_ROWS_PER_CELL,
+    cells: int | None = None,
 ) -> PairResult:
     """Every pair i < j with groups[i] == groups[j] and cosine >= threshold, sorted by (left, right).
 
@@ -110,7 +111,7 @@ def similar_pairs(
     chunks = _run_items(exact_items, progress, "similar pairs: exact tiles", workers)
 
     for code, rows in large:
-        plan = _plan_cell_join(matrix, rows, t32, recall_target, nprobe, rows_per_cell, seed, workers)
+        plan = _plan_cell_join(matrix, rows, t32, recall_target, nprobe, cells, seed, workers)
         if plan is None:
             items = _exact_group_items(matrix, rows, t32)
             chunks += _run_items(items, progress, f"similar pairs: group {code} exact tiles", workers)
@@ -349,23 +350,20 @@ def _plan_cell_join(
     t32: np.float32,
     recall_target: float,
     nprobe: int | None,
-    rows_per_cell: int,
+    cells: int | None,
     seed: int,
     workers: int,
 ) -> _CellPlan | None:
     """Trains the cells, calibrates the probes and lays out the tiles; None when exact is the better deal."""
     size = len(rows)
     rng = np.random.default_rng(seed)
-    cells = int(np.clip(round(size / rows_per_cell), _MIN_CELLS, _MAX_CELLS))
+    cells = min(size, _default_cells(size) if cells is None else max(1, cells))
     train_rows = np.sort(rng.choice(size, min(size, cells * _TRAIN_ROWS_PER_CELL), replace=False))
     centroids, train_labels = _train_centroids(matrix[rows[train_rows]], cells, rng)
     cell_share = np.bincount(train_labels, minlength=cells) / len(train_labels)
 
     if nprobe is None:
-        calibration = _calibrate(matrix, rows, centroids, t32, recall_target, rng)
-        if calibration is None:
-            return None
-        nprobe, sample_centroid_sims = calibration
+        nprobe, sample_centroid_sims = _calibrate(matrix, rows, centroids, t32, recall_target, rng)
     else:
         nprobe = int(np.clip(nprobe, 1, cells))
         sample = rows[np.sort(rng.choice(size, min(size, _CALIBRATION_ROWS[0]), replace=False))]
@@ -374,7 +372,15 @@ def _plan_cell_join(
         return None
 
     owner, probes = _assign(matrix, rows, centroids, nprobe, workers)
-    return _CellPlan(_cell_items(matrix, rows, owner, probes, t32), nprobe, cells)
+    return _CellPlan(_cell_items(matrix, rows, owner, probes, cells, t32), nprobe, cells)
+
+
+def _default_cells(size: int) -> int:
+    """About sqrt(2 x rows) cells: assigning rows to cells costs rows x cells, the join rows x nprobe x
+    rows / cells, and nprobe is ~2 on clustered data, so this balances the two; at least _MIN_ROWS_PER_CELL
+    rows a cell so that the products stay big enough for BLAS to run near its peak."""
+    balanced = round(math.sqrt(2 * size))
+    return int(np.clip(min(balanced, size // _MIN_ROWS_PER_CELL), _MIN_CELLS, _MAX_CELLS))
 
 
 def _train_centroids(
@@ -419,26 +425,55 @@ def _calibrate(
     t32: np.float32,
     recall_target: float,
     rng: np.random.Generator,
-) -> tuple[int, np.ndarray] | None:
-    """Smallest nprobe whose recall on the pairs of a random row sample clears `recall_target` with margin.
+) -> tuple[int, np.ndarray]:
+    """Smallest nprobe whose recall on the pairs of a random row sample clears `recall_target` with margin,
+    and the sample's centroid similarities (for the cost estimate).
 
     A sampled row's pairs are found by brute force against the whole group; each pair tells how many probes
     would have found it (1 + the better of the two rows' rank of the other's cell). Pairs are a uniform sample
     of all pairs, so the share found at a given nprobe estimates recall; a Wilson upper bound on the miss rate
-    guards against the sample's luck. Too few pairs to show the target: None (exact is used).
+    guards against the sample's luck. Where pairs are too rare to show the target that way (near-uniform
+    data), pairs made at exactly the threshold in random directions stand in: the hardest pairs a row can
+    have, so the probes they need are a conservative bound.
     """
     size = len(rows)
-    needs = np.zeros(0, dtype=np.int64)
-    sample = np.zeros(0, dtype=np.int64)
     for sample_size in _CALIBRATION_ROWS:
         sample = rows[np.sort(rng.choice(size, min(size, sample_size), replace=False))]
         needs = _probes_needed(matrix, rows, sample, centroids, t32)
         if len(needs) >= _MIN_CALIBRATION_PAIRS or sample_size >= size:
             break
-    chosen = _smallest_sufficient_nprobe(needs, recall_target, len(centroids))
+    sample_sims = matrix[sample] @ centroids.T
+    cells = len(centroids)
+    chosen = _smallest_sufficient_nprobe(needs, recall_target, cells)
     if chosen is None:
-        return None
-    return chosen, matrix[sample] @ centroids.T
+        made = _made_pair_needs(matrix[sample], sample_sims, centroids, float(t32), rng)
+        chosen = _smallest_sufficient_nprobe(made, recall_target, cells) or cells
+        if len(needs):
+            chosen = max(chosen, int(np.quantile(needs, recall_target, method="higher")))
+    return chosen, sample_sims
+
+
+def _made_pair_needs(
+    queries: np.ndarray,
+    query_sims: np.ndarray,
+    centroids: np.ndarray,
+    threshold: float,
+    rng: np.random.Generator,
+    partners_per_row: int = 2,
+) -> np.ndarray:
+    """Probes needed by partners made for each query row at cosine `threshold`, in random directions."""
+    needs = []
+    query_owner = query_sims.argmax(axis=1)
+    for _ in range(partners_per_row):
+        away = rng.standard_normal(queries.shape, dtype=np.float32)
+        away -= (away * queries).sum(axis=1, keepdims=True) * queries  # orthogonal to the query row
+        away /= np.linalg.norm(away, axis=1, keepdims=True)
+        partners = threshold * queries + np.float32(math.sqrt(1.0 - threshold * threshold)) * away
+        partner_sims = partners @ centroids.T
+        partner_owner = partner_sims.argmax(axis=1)
+        q_rank, p_rank = _rank_of(query_sims, partner_owner), _rank_of(partner_sims, query_owner)
+        needs.append(1 + np.minimum(q_rank, p_rank))
+    return np.concatenate(needs)
 
 
 def _probes_needed(
@@ -526,13 +561,12 @@ def _assign(
 
 
 def _cell_items(
-    matrix: np.ndarray, rows: np.ndarray, owner: np.ndarray, probes: np.ndarray, t32: np.float32
+    matrix: np.ndarray, rows: np.ndarray, owner: np.ndarray, probes: np.ndarray, cells: int, t32: np.float32
 ) -> list[Callable[[], Hits]]:
     """Tiles of every cell: its owners against its later owners (upper triangle) and against its probers.
 
     The group is copied once in owner order, so a cell's owners are consecutive rows (views, no gathers).
     """
-    cells = int(probes.max()) + 1 if probes.size else 0
     by_owner = np.argsort(owner, kind="stable")
     ordered = matrix[rows[by_owner]]
     original = rows[by_owner]  # position in `ordered` -> row of the input

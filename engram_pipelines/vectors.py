@@ -1,0 +1,161 @@
+"""The partition's comparable vectors: stored vectors where they are current, embeddings for the rest.
+
+A memory's stored vector is used as is (with its model name) unless the content changed since it was embedded
+(`embedded_content_sha` differs from the content's hash). Rows without a usable vector are embedded by the
+configured embedder; embeddings are cached in the warehouse by (model, content hash), so a quiet night embeds
+nothing and a changed row is embedded once. Rows whose metadata says `embeddingExcluded` are never embedded
+or compared. engram-pipelines never writes vectors into the live store: that column belongs to the agents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from engram_pipelines.embeddings import Embedder, embed_in_batches
+from engram_pipelines.progress import Progress
+
+VECTOR_SCHEMA_FIELDS = [
+    pa.field("id", pa.string(), nullable=False),
+    pa.field("namespace", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),  # stored | embedded | cached
+]
+
+
+def vector_schema(dim: int) -> pa.Schema:
+    return pa.schema([*VECTOR_SCHEMA_FIELDS, pa.field("vector", pa.list_(pa.float32(), dim), nullable=False)])
+
+
+@dataclass
+class VectorStats:
+    stored: int = 0
+    cached: int = 0
+    embedded: int = 0
+    excluded: int = 0
+    models: dict[str, int] | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"stored": self.stored, "cached": self.cached, "embedded": self.embedded,
+                "excluded": self.excluded, "models": self.models or {}}
+
+
+class EmbeddingCache:
+    """Vectors by content hash for one model, as Parquet files under <warehouse>/embedding_cache/<model>/."""
+
+    def __init__(self, root: Path, model: str, dim: int) -> None:
+        self.directory = root / "embedding_cache" / re.sub(r"[^A-Za-z0-9_.-]", "_", model)
+        self.dim = dim
+
+    def lookup(self, shas: list[str]) -> dict[str, np.ndarray]:
+        files = sorted(self.directory.glob("*.parquet"))
+        if not shas or not files:
+            return {}
+        con = duckdb.connect()
+        con.register("wanted", pa.table({"sha": pa.array(shas, pa.string())}))
+        found = con.sql(
+            f"SELECT c.sha, any_value(c.vector) AS vector FROM read_parquet({[str(f) for f in files]}) c "
+            "SEMI JOIN wanted w ON w.sha = c.sha GROUP BY c.sha"
+        ).to_arrow_table()
+        if found.num_rows == 0:
+            return {}
+        flat = found["vector"].combine_chunks().values.to_numpy(zero_copy_only=False).reshape(-1, self.dim)
+        return dict(zip(found["sha"].to_pylist(), flat, strict=True))
+
+    def add(self, shas: list[str], vectors: np.ndarray) -> None:
+        if not shas:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256("".join(sorted(shas)).encode()).hexdigest()[:16]
+        table = pa.table({
+            "sha": pa.array(shas, pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(np.float32).reshape(-1)), self.dim),
+        })
+        path = self.directory / f"part-{digest}.parquet"
+        pq.write_table(table, path.with_suffix(".tmp"), compression="zstd")
+        path.with_suffix(".tmp").rename(path)
+
+
+def content_shas(contents: list[str]) -> list[str]:
+    from engram_pipelines.changes.intents import content_sha
+
+    return [content_sha(c) for c in contents]
+
+
+def partition_vectors(
+    memories: pa.Table, embedder: Embedder, warehouse_root: Path, *, progress: Progress | None = None
+) -> tuple[pa.Table, VectorStats]:
+    """(id, namespace, model, source, vector) for every comparable memory of the snapshot, and counts."""
+    con = duckdb.connect()
+    con.register("m", memories.select(["id", "namespace", "content", "metadata", "embedding", "embedding_model",
+                                        "embedded_content_sha"]))
+    rows = con.sql(
+        """
+        SELECT id, namespace, content, embedding, embedding_model, embedded_content_sha,
+            coalesce(TRY_CAST(json_extract(metadata, '$.embeddingExcluded') AS BOOLEAN), false) AS excluded
+        FROM m
+        """
+    ).to_arrow_table()
+    excluded = rows["excluded"].to_numpy(zero_copy_only=False)
+    stats = VectorStats(excluded=int(excluded.sum()))
+    rows = rows.filter(pa.array(~excluded))
+    shas = content_shas(rows["content"].to_pylist())
+    stored_sha = rows["embedded_content_sha"].to_pylist()
+    has_vector = rows["embedding"].is_valid().to_numpy(zero_copy_only=False)
+    # A vector is current unless we know the content changed after it was embedded.
+    current = has_vector & np.array([s is None or s == c for s, c in zip(stored_sha, shas, strict=True)], bool)
+    dim = embedder.dim
+    parts: list[pa.Table] = []
+    if current.any():
+        kept = rows.filter(pa.array(current))
+        stored_dim = kept.schema.field("embedding").type.list_size
+        same_dim = stored_dim == dim
+        if same_dim:
+            parts.append(pa.table({
+                "id": kept["id"], "namespace": kept["namespace"], "model": kept["embedding_model"],
+                "source": pa.array(["stored"] * kept.num_rows, pa.string()), "vector": kept["embedding"],
+            }).cast(vector_schema(dim)))
+            stats.stored = kept.num_rows
+        else:
+            current[:] = False  # vectors of another size are re-embedded with the configured model
+    todo = np.flatnonzero(~current)
+    if todo.size:
+        parts.append(_embed_missing(rows.take(pa.array(todo)), [shas[i] for i in todo], embedder,
+                                    warehouse_root, stats, progress))
+    table = pa.concat_tables(parts) if parts else vector_schema(dim).empty_table()
+    stats.models = {str(k["values"]): int(k["counts"]) for k in pc.value_counts(table["model"]).to_pylist()} \
+        if table.num_rows else {}
+    return table, stats
+
+
+def _embed_missing(
+    rows: pa.Table, shas: list[str], embedder: Embedder, root: Path, stats: VectorStats, progress: Progress | None
+) -> pa.Table:
+    cache = EmbeddingCache(root, embedder.name, embedder.dim)
+    unique = sorted(set(shas))
+    known = cache.lookup(unique)
+    missing = [s for s in unique if s not in known]
+    if missing:
+        text_of = dict(zip(shas, rows["content"].to_pylist(), strict=True))
+        vectors = embed_in_batches(embedder, [text_of[s] for s in missing], progress=progress)
+        cache.add(missing, vectors)
+        known.update(zip(missing, vectors, strict=True))
+    stats.embedded += sum(1 for s in shas if s in set(missing))
+    stats.cached += len(shas) - sum(1 for s in shas if s in set(missing))
+    matrix = np.stack([known[s] for s in shas]).astype(np.float32)
+    missing_set = set(missing)
+    return pa.table({
+        "id": rows["id"],
+        "namespace": rows["namespace"],
+        "model": pa.array([embedder.name] * rows.num_rows, pa.string()),
+        "source": pa.array(["embedded" if s in missing_set else "cached" for s in shas], pa.string()),
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), embedder.dim),
+    }).cast(vector_schema(embedder.dim))
