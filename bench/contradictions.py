@@ -109,22 +109,21 @@ def synthetic_memories(count: int, seed: int = 7) -> tuple[list[str], list[str],
 
 
 def synthetic_pairs(namespaces: np.ndarray, groups: np.ndarray, count: int, seed: int = 11) -> np.ndarray:
-    """(count, 2) memory indices, both sides in one namespace; half also in one subject group."""
+    """(count, 2) memory indices, both sides in one namespace; the second half also in one subject group."""
     rng = np.random.default_rng(seed)
-    chosen = []
+    halves = []
     for key, size in ((namespaces, count // 2), (namespaces * 1000 + groups, count - count // 2)):
         order = np.argsort(key, kind="stable")
-        rank_of = np.empty_like(order)
-        rank_of[order] = np.arange(len(order))
         sorted_key = key[order]
-        left = rng.integers(0, len(key), size + size // 10 + 10)  # oversampled: self-pairs are dropped
-        group_key = sorted_key[rank_of[left]]
-        start = np.searchsorted(sorted_key, group_key, side="left")
-        end = np.searchsorted(sorted_key, group_key, side="right")
-        right = order[start + rng.integers(0, 1 << 62, len(left)) % (end - start)]
-        keep = left != right
-        chosen.append(np.stack([left[keep], right[keep]], axis=1)[:size])
-    return np.concatenate(chosen)
+        start = np.searchsorted(sorted_key, sorted_key, side="left")
+        span = np.searchsorted(sorted_key, sorted_key, side="right") - start
+        eligible = np.flatnonzero(span >= 2)  # sorted positions whose group has a partner
+        left = eligible[rng.integers(0, len(eligible), size)]
+        # Another member of the same group: a random offset in [1, span) from the left one, wrapped around.
+        offset = 1 + rng.integers(0, 1 << 62, size) % (span[left] - 1)
+        right = start[left] + (left - start[left] + offset) % span[left]
+        halves.append(np.stack([order[left], order[right]], axis=1))
+    return np.concatenate(halves)
 
 
 def pairs_table(index_pairs: np.ndarray, ids: list[str], created: np.ndarray) -> pa.Table:

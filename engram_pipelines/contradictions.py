@@ -146,19 +146,41 @@ class Phrases:
         return tokens
 
 
+# Cue categories found in one pass over a memory's tokens. Relation operators need a subject before them.
+NEGATION, CHANGE, STRONG_RELATION, WEAK_RELATION, COPULA = "negation", "change", "strong", "weak", "copula"
+_NEEDS_SUBJECT = frozenset({STRONG_RELATION, WEAK_RELATION, COPULA})
+
+
 @dataclass(frozen=True)
-class CueFinder:
-    """A word list (as Phrases) plus optional raw regexes (e.g. "\\w+n't"): the first cue found, or None."""
+class CueIndex:
+    """Every cue phrase of every category, indexed by its first token (longest first): one dictionary lookup
+    per token finds the first negation, change word, relation and copula of a memory together."""
 
-    phrases: Phrases
-    pattern: re.Pattern[str] | None
+    by_first: Mapping[str, tuple[tuple[tuple[str, ...], str], ...]]
 
-    def first(self, text: str, tokens: Sequence[str]) -> str | None:
-        found = self.phrases.find(tokens)
-        if found is not None:
-            return " ".join(tokens[found[0] : found[0] + found[1]])
-        match = self.pattern.search(text) if self.pattern is not None else None
-        return match.group(0) if match else None
+    @classmethod
+    def of(cls, phrases_by_category: Mapping[str, Iterable[str]]) -> CueIndex:
+        entries = {(tuple(p.split()), c) for c, phrases in phrases_by_category.items() for p in phrases if p.split()}
+        by_first: dict[str, list[tuple[tuple[str, ...], str]]] = {}
+        for phrase, category in sorted(entries, key=lambda e: (-len(e[0]), e)):
+            by_first.setdefault(phrase[0], []).append((phrase, category))
+        return cls({k: tuple(v) for k, v in by_first.items()})
+
+    def first_hits(self, tokens: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """category -> (token index, length) of its leftmost (then longest) occurrence."""
+        hits: dict[str, tuple[int, int]] = {}
+        lookup = self.by_first
+        for index, token in enumerate(tokens):
+            candidates = lookup.get(token)
+            if candidates is None:
+                continue
+            for phrase, category in candidates:
+                if category in hits or (index == 0 and category in _NEEDS_SUBJECT):
+                    continue
+                size = len(phrase)
+                if size == 1 or tuple(tokens[index : index + size]) == phrase:
+                    hits[category] = (index, size)
+        return hits
 
 
 @dataclass(frozen=True)
@@ -166,12 +188,12 @@ class RuleBook:
     """The compiled contents of a rules YAML file."""
 
     source: str
-    negation: CueFinder
-    change: CueFinder
+    cues: CueIndex = field(repr=False)
+    negation_pattern: re.Pattern[str] | None = field(repr=False)  # raw patterns ("\\w+n't") beside the words
+    change_pattern: re.Pattern[str] | None = field(repr=False)
     pole_labels_of_form: Mapping[str, tuple[str, ...]] = field(repr=False)  # "dislikes" -> ("dislike",)
     poles_of_label: Mapping[str, tuple[tuple[int, int], ...]] = field(repr=False)  # label -> (pair, side)
     pair_labels: tuple[tuple[str, str], ...] = field(repr=False)
-    claim_phrases: tuple[tuple[Phrases, str], ...] = field(repr=False)  # (operators, form), tried in order
     assignment: re.Pattern[str] = field(repr=False)
     assignment_chars: frozenset[str] = field(repr=False)  # no such character, no assignment to try
     relation_of_form: Mapping[tuple[str, ...], str] = field(repr=False)  # ("lived", "in") -> "lives in"
@@ -224,9 +246,9 @@ def _words(values: Any, key: str, source: str) -> list[str]:
     return [v.lower() for v in values]
 
 
-def _cue_finder(words: Iterable[str], patterns: Iterable[str] = ()) -> CueFinder:
+def _optional_pattern(patterns: Iterable[str]) -> re.Pattern[str] | None:
     patterns = list(patterns)
-    return CueFinder(Phrases.of(words), re.compile("|".join(patterns)) if patterns else None)
+    return re.compile("|".join(patterns)) if patterns else None
 
 
 def _inflections(word: str) -> set[str]:
@@ -305,16 +327,13 @@ def _compile_claims(raw: Mapping[str, Any], source: str):
     if raw["copular"].get("single_valued", True):
         single_valued.add(COPULAR_RELATION)
     operators = _words(_require(raw, "assignment", source)["operators"], "assignment.operators", source)
-    claim_phrases = tuple(
-        (Phrases.of(forms), form) for forms, form in ((strong, "relational"), (weak, "relational"), (copular, "copular"))
-        if forms
-    )
+    operators_by_category = {STRONG_RELATION: strong, WEAK_RELATION: weak, COPULA: copular}
     # A colon needs a space after it ("9:30" and URLs are not assignments); "=" and arrows may be tight.
     alternation = "|".join(
         re.escape(op) + (r"\s+" if op == ":" else r"\s*") for op in sorted(operators, key=len, reverse=True)
     )
     assignment = re.compile(rf"^(?P<subject>.+?)\s*(?:{alternation})(?P<value>.+)$")
-    return claim_phrases, assignment, frozenset("".join(operators)), relation_of_form, frozenset(single_valued)
+    return operators_by_category, assignment, frozenset("".join(operators)), relation_of_form, frozenset(single_valued)
 
 
 def _compile_quantities(raw: Mapping[str, Any], source: str):
@@ -364,18 +383,18 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
     negation_words, change_words = words("negation", "words"), words("change", "words")
     subject_stops, value_stops = words("subject_stop_words"), words("value_stop_words")
     labels_of_form, poles_of_label, pair_labels = _compile_polar(_require(raw, "polar_pairs", source), source)
-    claim_phrases, assignment, assignment_chars, relation_of_form, single_valued = _compile_claims(raw, source)
+    operators, assignment, assignment_chars, relation_of_form, single_valued = _compile_claims(raw, source)
     quantity, kinds, quantity_words, number_words, month_number, weekday_name = _compile_quantities(raw, source)
     function_words = frozenset(words("function_words"))
     single_token_cues = {w for w in [*negation_words, *change_words, *subject_stops, *value_stops] if " " not in w}
     return RuleBook(
         source=source,
-        negation=_cue_finder(negation_words, raw["negation"].get("patterns", ())),
-        change=_cue_finder(change_words, raw["change"].get("patterns", ())),
+        cues=CueIndex.of({NEGATION: negation_words, CHANGE: change_words, **operators}),
+        negation_pattern=_optional_pattern(raw["negation"].get("patterns", ())),
+        change_pattern=_optional_pattern(raw["change"].get("patterns", ())),
         pole_labels_of_form=labels_of_form,
         poles_of_label=poles_of_label,
         pair_labels=pair_labels,
-        claim_phrases=claim_phrases,
         assignment=assignment,
         assignment_chars=assignment_chars,
         relation_of_form=relation_of_form,
@@ -458,23 +477,35 @@ def clean_value(raw: str, rules: RuleBook) -> str | None:
     return " ".join(tokens) or None
 
 
+def _end_offset(text: str, tokens: Sequence[str], index: int) -> int:
+    """Character offset just after token `index` (tokens are in text order)."""
+    cursor = 0
+    for token in tokens[: index + 1]:
+        cursor = text.find(token, cursor) + len(token)
+    return cursor
+
+
 def parse_claim(text: str, rules: RuleBook) -> Claim | None:
-    """The first claim form (relational, weak relational, copular, assignment) that yields a subject and a
-    value; the leftmost operator splits the sentence. `text` must be `normalise`d."""
-    spans = list(_TOKEN.finditer(text))
-    tokens = [m.group() for m in spans]
-    for phrases, form in rules.claim_phrases:
-        found = phrases.find(tokens, start=1)
-        if found is None:
+    """The claim of a `normalise`d sentence, if a relational, copular or assignment form applies."""
+    tokens = tokens_of(text)
+    return _claim(text, tokens, rules.cues.first_hits(tokens), rules)
+
+
+def _claim(text: str, tokens: list[str], hits: Mapping[str, tuple[int, int]], rules: RuleBook) -> Claim | None:
+    """The first form (relational, weak relational, copular, assignment) that yields a subject and a value;
+    the leftmost operator of a form splits the sentence."""
+    for category in (STRONG_RELATION, WEAK_RELATION, COPULA):
+        if category not in hits:
             continue
-        index, length = found
+        index, length = hits[category]
         subject = _clean_subject(tokens[:index], rules)
-        value = clean_value(text[spans[index + length - 1].end() :], rules)
+        value = clean_value(text[_end_offset(text, tokens, index + length - 1) :], rules)
         if subject is None or value is None:
             continue
-        relation = rules.relation_of_form[tuple(tokens[index : index + length])] if form == "relational" else None
-        relation = relation or COPULAR_RELATION
-        return Claim(subject, relation, value, form, relation in rules.single_valued)
+        if category == COPULA:
+            return Claim(subject, COPULAR_RELATION, value, "copular", COPULAR_RELATION in rules.single_valued)
+        relation = rules.relation_of_form[tuple(tokens[index : index + length])]
+        return Claim(subject, relation, value, "relational", relation in rules.single_valued)
     if rules.assignment_chars.isdisjoint(text):
         return None
     match = rules.assignment.match(text)
@@ -491,10 +522,9 @@ def _canonical_number(value: float) -> str:
 
 
 def _group(match: re.Match[str], outer: str, name: str) -> str | None:
-    try:
-        return match[f"{outer}_{name}"]
-    except IndexError:
-        return None
+    """Group `name` of the quantity pattern `outer` (groups are renamed apart: "q3_h"); None if it has none."""
+    key = f"{outer}_{name}"
+    return match.group(key) if key in match.re.groupindex else None
 
 
 def _canonical_time(match: re.Match[str], outer: str) -> tuple[str, int]:
@@ -528,18 +558,46 @@ def _number_value(surface: str, rules: RuleBook) -> float:
 
 
 _DIGIT = re.compile(r"\d")
+_DIGIT_RUN = re.compile(r"\d+")
+
+
+def _quantity_starts(text: str, tokens: Sequence[str], rules: RuleBook) -> list[int]:
+    """Where a quantity can begin: a quantity word, or each run of digits inside a token ("$5", "5-10")."""
+    starts: list[int] = []
+    cursor = 0
+    for token in tokens:
+        at = text.find(token, cursor)
+        cursor = at + len(token)
+        if token in rules.quantity_words:
+            starts.append(at)
+        elif not token.isalpha():
+            starts.extend(at + m.start() for m in _DIGIT_RUN.finditer(token))
+    return starts
+
+
+def _quantity_matches(text: str, tokens: Sequence[str], rules: RuleBook) -> Iterable[re.Match[str]]:
+    """The quantity pattern tried only where a quantity can begin (not at every character), left to right."""
+    end = 0
+    for start in _quantity_starts(text, tokens, rules):
+        if start < end:
+            continue  # inside the previous quantity ("2026-03-01" has three digit runs)
+        match = rules.quantity.match(text, start)
+        if match is not None:
+            end = match.end()
+            yield match
 
 
 def scan_quantities(text: str, rules: RuleBook, tokens: Sequence[str] | None = None) -> Quantities | None:
     """Replace dates, clock times and numbers by placeholders; None when the text has none."""
-    if _DIGIT.search(text) is None and rules.quantity_words.isdisjoint(tokens_of(text) if tokens is None else tokens):
+    tokens = tokens_of(text) if tokens is None else tokens
+    if _DIGIT.search(text) is None and rules.quantity_words.isdisjoint(tokens):
         return None
     parts: list[str] = []
     numbers, numbers_text, temporals, temporals_text = [], [], [], []
     first_number = time_minutes = date = None
     unit_after: int | None = None
     position = 0
-    for match in rules.quantity.finditer(text):
+    for match in _quantity_matches(text, tokens, rules):
         outer = match.lastgroup or ""
         kind = rules.quantity_kinds[outer]
         surface = match.group(0)
@@ -582,6 +640,17 @@ def scan_quantities(text: str, rules: RuleBook, tokens: Sequence[str] | None = N
     )
 
 
+def _cue(
+    category: str, hits: Mapping[str, tuple[int, int]], tokens: Sequence[str], text: str, pattern: re.Pattern[str] | None
+) -> str | None:
+    """The first listed word or phrase of a category, else the first match of its raw patterns."""
+    if category in hits:
+        index, length = hits[category]
+        return " ".join(tokens[index : index + length])
+    match = pattern.search(text) if pattern is not None else None
+    return match.group(0) if match else None
+
+
 def _poles(tokens: Sequence[str], rules: RuleBook) -> list[str]:
     return sorted({label for t in tokens for label in rules.pole_labels_of_form.get(t, ())})
 
@@ -597,14 +666,15 @@ def memory_row(memory_id: str, content: str, rules: RuleBook) -> dict[str, Any]:
     """The features of one memory (one FEATURES_SCHEMA row)."""
     text = normalise(content or "")
     tokens = tokens_of(text)
-    claim = parse_claim(text, rules)
+    hits = rules.cues.first_hits(tokens)
+    claim = _claim(text, tokens, hits, rules)
     quantities = scan_quantities(claim.value, rules) if claim else scan_quantities(text, rules, tokens)
     claim_key = f"{claim.subject}\x1f{claim.relation}\x1f" if claim else "\x1f\x1f"
     return {
         "id": memory_id,
-        "negated": (negation_cue := rules.negation.first(text, tokens)) is not None,
+        "negated": (negation_cue := _cue(NEGATION, hits, tokens, text, rules.negation_pattern)) is not None,
         "negation_cue": negation_cue,
-        "change_word": (change_cue := rules.change.first(text, tokens)) is not None,
+        "change_word": (change_cue := _cue(CHANGE, hits, tokens, text, rules.change_pattern)) is not None,
         "change_cue": change_cue,
         "poles": _poles(tokens, rules),
         "content_tokens": sorted(
@@ -637,7 +707,7 @@ def memory_features(ids: Sequence[str], contents: Sequence[str], rules: RuleBook
         raise ValueError(f"memory_features: {len(ids)} ids but {len(contents)} contents")
     rows = [memory_row(str(i), c, rules) for i, c in zip(ids, contents, strict=True)]
     # Column by column: pa.Table.from_pylist spends more time per row than the parsing itself.
-    columns = [pa.array([row[f.name] for row in rows], f.type) for f in FEATURES_SCHEMA]
+    columns = [pa.array([row[name] for row in rows], type_) for name, type_ in zip(FEATURES_SCHEMA.names, FEATURES_SCHEMA.types, strict=True)]
     return pa.Table.from_arrays(columns, schema=FEATURES_SCHEMA)
 
 

@@ -51,8 +51,9 @@ _MIN_ROWS_PER_CELL = 160
 _MAX_CELLS = 4096
 _TRAIN_ROWS_PER_CELL = 32
 _KMEANS_ITERATIONS = 8
-_CALIBRATION_ROWS = (256, 512, 1024)  # grown while too few pairs are seen
-_MIN_CALIBRATION_PAIRS = 400  # below this a 0.99 recall cannot be shown at all (Wilson bound, z = 2)
+_CALIBRATION_ROWS = (512, 1024, 2048)  # grown while too few pairs are seen
+_MIN_CALIBRATION_PAIRS = 400  # fewer cannot show a 0.99 recall with any margin
+_MIN_CALIBRATION_UNITS = 30  # sampled rows that have pairs
 _CALIBRATION_Z = 2.0
 # A cell join estimated to cost more than this share of exact is not worth its recall loss.
 _FALLBACK_RATIO = 0.5
@@ -429,25 +430,23 @@ def _calibrate(
     """Smallest nprobe whose recall on the pairs of a random row sample clears `recall_target` with margin,
     and the sample's centroid similarities (for the cost estimate).
 
-    A sampled row's pairs are found by brute force against the whole group; each pair tells how many probes
-    would have found it (1 + the better of the two rows' rank of the other's cell). Pairs are a uniform sample
-    of all pairs, so the share found at a given nprobe estimates recall; a Wilson upper bound on the miss rate
-    guards against the sample's luck. Where pairs are too rare to show the target that way (near-uniform
+    Pairs of random rows are a uniform sample of all pairs, so the share of them that n probes find estimates
+    the recall of n probes. Where pairs are too rare to show the target that way (near-uniform
     data), pairs made at exactly the threshold in random directions stand in: the hardest pairs a row can
     have, so the probes they need are a conservative bound.
     """
     size = len(rows)
     for sample_size in _CALIBRATION_ROWS:
         sample = rows[np.sort(rng.choice(size, min(size, sample_size), replace=False))]
-        needs = _probes_needed(matrix, rows, sample, centroids, t32)
+        source_row, needs = _probes_needed(matrix, rows, sample, centroids, t32)
         if len(needs) >= _MIN_CALIBRATION_PAIRS or sample_size >= size:
             break
     sample_sims = matrix[sample] @ centroids.T
     cells = len(centroids)
-    chosen = _smallest_sufficient_nprobe(needs, recall_target, cells)
+    chosen = _smallest_sufficient_nprobe(source_row, needs, recall_target, cells)
     if chosen is None:
-        made = _made_pair_needs(matrix[sample], sample_sims, centroids, float(t32), rng)
-        chosen = _smallest_sufficient_nprobe(made, recall_target, cells) or cells
+        made_source, made = _made_pair_needs(matrix[sample], sample_sims, centroids, float(t32), rng)
+        chosen = _smallest_sufficient_nprobe(made_source, made, recall_target, cells) or cells
         if len(needs):
             chosen = max(chosen, int(np.quantile(needs, recall_target, method="higher")))
     return chosen, sample_sims
@@ -460,7 +459,7 @@ def _made_pair_needs(
     threshold: float,
     rng: np.random.Generator,
     partners_per_row: int = 2,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """Probes needed by partners made for each query row at cosine `threshold`, in random directions."""
     needs = []
     query_owner = query_sims.argmax(axis=1)
@@ -473,12 +472,14 @@ def _made_pair_needs(
         partner_owner = partner_sims.argmax(axis=1)
         q_rank, p_rank = _rank_of(query_sims, partner_owner), _rank_of(partner_sims, query_owner)
         needs.append(1 + np.minimum(q_rank, p_rank))
-    return np.concatenate(needs)
+    return np.tile(np.arange(len(queries)), partners_per_row), np.concatenate(needs)
 
 
 def _probes_needed(
     matrix: np.ndarray, rows: np.ndarray, sample: np.ndarray, centroids: np.ndarray, t32: np.float32
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of the sampled rows (found by brute force against the group) as (sampled row's index in
+    `sample`, probes needed to find the pair): 1 + the better of the two rows' rank of the other's cell."""
     queries = matrix[sample]
     pair_query, pair_other = [], []
     for start in range(0, len(rows), 2 * TILE_ROWS):
@@ -489,7 +490,7 @@ def _probes_needed(
         pair_other.append(block[o[distinct]])
     query_of_pair, other_row = np.concatenate(pair_query), np.concatenate(pair_other)
     if query_of_pair.size == 0:
-        return np.zeros(0, dtype=np.int64)
+        return query_of_pair, np.zeros(0, dtype=np.int64)
     others, other_of_pair = np.unique(other_row, return_inverse=True)
     query_sims = queries @ centroids.T
     other_sims = matrix[others] @ centroids.T
@@ -501,7 +502,7 @@ def _probes_needed(
         q_rank = _rank_of(query_sims[qp], other_owner[op])
         o_rank = _rank_of(other_sims[op], query_owner[qp])
         needs[part] = 1 + np.minimum(q_rank, o_rank)
-    return needs
+    return query_of_pair, needs
 
 
 def _rank_of(sims: np.ndarray, cell: np.ndarray) -> np.ndarray:
@@ -509,22 +510,32 @@ def _rank_of(sims: np.ndarray, cell: np.ndarray) -> np.ndarray:
     return (sims > sims[np.arange(len(sims)), cell][:, None]).sum(axis=1)
 
 
-def _smallest_sufficient_nprobe(needs: np.ndarray, recall_target: float, cells: int) -> int | None:
-    pairs = len(needs)
-    if pairs == 0:
+def _smallest_sufficient_nprobe(
+    source_row: np.ndarray, needs: np.ndarray, recall_target: float, cells: int
+) -> int | None:
+    """Smallest nprobe whose estimated recall, less its margin, clears `recall_target`; None if the sample
+    is too small to show it.
+
+    A sampled row's pairs are not independent draws (one sub-topic split between two cells costs many of them
+    at once), so the margin is that of a ratio estimator with the sampled rows as clusters: the spread of the
+    rows' miss counts, not a binomial over pairs.
+    """
+    if len(needs) < _MIN_CALIBRATION_PAIRS:
         return None
-    candidates = np.arange(1, cells + 1)
-    misses = pairs - np.searchsorted(np.sort(needs), candidates, side="right")
-    allowed = _wilson_upper(misses, pairs, _CALIBRATION_Z) <= 1.0 - recall_target
-    return int(candidates[np.argmax(allowed)]) if allowed.any() else None
-
-
-def _wilson_upper(misses: np.ndarray, trials: int, z: float) -> np.ndarray:
-    rate = misses / trials
-    z2 = z * z
-    centre = rate + z2 / (2 * trials)
-    spread = z * np.sqrt(rate * (1 - rate) / trials + z2 / (4 * trials * trials))
-    return (centre + spread) / (1 + z2 / trials)
+    _, unit = np.unique(source_row, return_inverse=True)
+    units = int(unit.max()) + 1
+    if units < _MIN_CALIBRATION_UNITS:
+        return None
+    per_need = np.bincount(unit * (cells + 1) + np.minimum(needs, cells), minlength=units * (cells + 1))
+    found = np.cumsum(per_need.reshape(units, cells + 1), axis=1)  # column k: pairs found with k probes
+    pairs = found[:, -1].astype(np.float64)
+    misses = pairs[:, None] - found
+    miss_rate = misses.sum(axis=0) / pairs.sum()
+    residual = misses - miss_rate[None, :] * pairs[:, None]
+    standard_error = np.sqrt(units / (units - 1) * (residual**2).sum(axis=0)) / pairs.sum()
+    enough = miss_rate + _CALIBRATION_Z * standard_error <= 1.0 - recall_target
+    enough[0] = False  # column 0 is "no probes"
+    return int(np.argmax(enough)) if enough.any() else None
 
 
 def _cell_cost(sample_centroid_sims: np.ndarray, cell_share: np.ndarray, nprobe: int, size: int) -> float:

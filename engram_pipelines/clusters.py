@@ -1,0 +1,190 @@
+"""Near-duplicate clusters in which every loser is in the band *to its canonical* (seeds 000, 002).
+
+No single-link chaining: A~B and B~C never put A and C together unless A~C. Clusters are built greedily:
+rows are visited in canonical order (highest importance, then most recent, then lowest id); an unassigned row
+becomes the canonical of its unassigned, eligible neighbours in the band, taken best-first, each only if it is
+in the band to every loser already taken (complete linkage). A row may be canonical while pinned; it is never
+a loser while pinned, a block, superseded, outside the active zone, or in a contradiction.
+
+Pairs are dropped before clustering when the two rows are of different kinds, or when their numbers differ
+("standup at 9am" vs "at 10am" is a changed value, not a duplicate), or when the contradiction analysis
+paired them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+
+
+@dataclass
+class Cluster:
+    cluster_id: str
+    namespace: str
+    canonical: str
+    losers: list[tuple[str, float]]  # (id, score to the canonical), in the order they were taken
+    tag_union: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cluster_id": self.cluster_id,
+            "namespace": self.namespace,
+            "canonical": self.canonical,
+            "losers": [{"id": i, "score": round(s, 6)} for i, s in self.losers],
+            "tag_union": self.tag_union,
+        }
+
+
+CLUSTER_SCHEMA = pa.schema(
+    [
+        pa.field("cluster_id", pa.string(), nullable=False),
+        pa.field("namespace", pa.string(), nullable=False),
+        pa.field("canonical", pa.string(), nullable=False),
+        pa.field("loser", pa.string(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),
+        pa.field("tag_union", pa.string(), nullable=False),  # JSON list
+    ]
+)
+
+
+def numbers_of(contents: list[str]) -> list[tuple[str, ...]]:
+    return [tuple(sorted(_NUMBER.findall(c))) for c in contents]
+
+
+def band_pairs(
+    pairs: pa.Table, memories: pa.Table, low: float, high: float | None, *, excluded_pairs: pa.Table | None = None
+) -> pa.Table:
+    """The pairs in [low, high) whose rows are of one kind, with the same numbers, not paired as contradicting."""
+    con = duckdb.connect()
+    con.register("p", pairs)
+    con.register("m", memories.select(["id", "kind", "content"]))
+    numbers = pa.table({"id": memories["id"], "numbers": pa.array(
+        [json.dumps(n) for n in numbers_of(memories["content"].to_pylist())], pa.string())})
+    con.register("n", numbers)
+    con.register("x", excluded_pairs if excluded_pairs is not None else
+                 pa.table({"left_id": pa.array([], pa.string()), "right_id": pa.array([], pa.string())}))
+    upper = f"AND p.score < {float(high)!r}" if high is not None else ""
+    return con.sql(
+        f"""
+        SELECT p.* FROM p
+        JOIN m a ON a.id = p.left_id JOIN m b ON b.id = p.right_id
+        JOIN n na ON na.id = p.left_id JOIN n nb ON nb.id = p.right_id
+        WHERE p.score >= {float(low)!r} {upper} AND a.kind = b.kind AND na.numbers = nb.numbers
+          AND NOT EXISTS (SELECT 1 FROM x WHERE (x.left_id = p.left_id AND x.right_id = p.right_id)
+                                             OR (x.left_id = p.right_id AND x.right_id = p.left_id))
+        ORDER BY p.left_id, p.right_id
+        """
+    ).to_arrow_table()
+
+
+def _eligibility(memories: pa.Table, excluded_ids: set[str]) -> pa.Table:
+    con = duckdb.connect()
+    con.register("m", memories.select(["id", "namespace", "kind", "importance", "created_at", "pinned", "zone",
+                                       "superseded_by", "tags", "metadata"]))
+    table = con.sql(
+        """
+        SELECT id, namespace, tags,
+            row_number() OVER (ORDER BY importance DESC, created_at DESC, id) - 1 AS priority,
+            (zone = 'active' AND superseded_by IS NULL
+             AND json_extract(metadata, '$.contradictionWith') IS NULL) AS can_cluster,
+            (NOT pinned AND kind <> 'block') AS can_lose
+        FROM m
+        """
+    ).to_arrow_table()
+    if excluded_ids:
+        mask = np.isin(table["id"].to_numpy(zero_copy_only=False), np.array(sorted(excluded_ids), dtype=object))
+        can = table["can_cluster"].to_numpy(zero_copy_only=False) & ~mask
+        table = table.set_column(table.schema.get_field_index("can_cluster"), "can_cluster", pa.array(can))
+    return table
+
+
+def star_clusters(pairs: pa.Table, memories: pa.Table, *, prefix: str, excluded_ids: set[str] = frozenset()
+                  ) -> list[Cluster]:
+    """Greedy star clusters over `pairs` (already limited to one band); see the module docstring."""
+    if pairs.num_rows == 0:
+        return []
+    rows = _eligibility(memories, set(excluded_ids))
+    index = {memory_id: i for i, memory_id in enumerate(rows["id"].to_pylist())}
+    priority = rows["priority"].to_numpy(zero_copy_only=False)
+    can_cluster = rows["can_cluster"].to_numpy(zero_copy_only=False)
+    can_lose = rows["can_lose"].to_numpy(zero_copy_only=False)
+    left = np.array([index[i] for i in pairs["left_id"].to_pylist()], dtype=np.int64)
+    right = np.array([index[i] for i in pairs["right_id"].to_pylist()], dtype=np.int64)
+    score = pairs["score"].to_numpy(zero_copy_only=False)
+    keep = can_cluster[left] & can_cluster[right]
+    left, right, score = left[keep], right[keep], score[keep]
+    # Work in priority ranks (0 = the best canonical): visiting ranks in order visits canonicals best-first,
+    # and each rank's neighbours, sorted by rank, come best-first too. Deterministic for the same input.
+    row_of_rank = np.argsort(priority)
+    src = np.concatenate([priority[left], priority[right]])
+    dst = np.concatenate([priority[right], priority[left]])
+    sim = np.concatenate([score, score])
+    order = np.lexsort((dst, src))
+    src, dst, sim = src[order], dst[order], sim[order]
+    starts = np.searchsorted(src, np.arange(len(priority) + 1))
+    assigned = np.zeros(len(priority), dtype=bool)  # by rank
+    lose_ok = can_lose[row_of_rank]
+    ids = rows["id"].to_pylist()
+    namespaces = rows["namespace"].to_pylist()
+    tags = rows["tags"].to_pylist()
+    clusters: list[Cluster] = []
+    def adjacent(rank: int) -> set[int]:
+        return set(dst[starts[rank] : starts[rank + 1]].tolist())
+
+    for rank in np.unique(src):
+        if assigned[rank]:
+            continue
+        neighbours = dst[starts[rank] : starts[rank + 1]]
+        scores = sim[starts[rank] : starts[rank + 1]]
+        taken: list[int] = []
+        # Only worse-ranked rows may lose to this one: the canonical is always the cluster's best member.
+        for position in np.flatnonzero(~assigned[neighbours] & lose_ok[neighbours] & (neighbours > rank)):
+            candidate = int(neighbours[position])
+            # Complete linkage: a loser joins only if it is in the band to every loser already taken.
+            if all(candidate in adjacent(other) for other in (int(neighbours[t]) for t in taken)):
+                taken.append(int(position))
+        if not taken:
+            continue
+        members = neighbours[taken]
+        assigned[rank] = True
+        assigned[members] = True
+        clusters.append(_cluster(prefix, ids, namespaces, tags, int(row_of_rank[rank]),
+                                 row_of_rank[members], scores[taken]))
+    return clusters
+
+
+def _cluster(prefix: str, ids: list[str], namespaces: list[str], tags: list[str], canonical: int,
+             losers: np.ndarray, scores: np.ndarray) -> Cluster:
+    union: list[str] = []
+    for member in [canonical, *losers.tolist()]:  # first-seen order: the canonical's tags, then each loser's
+        for tag in json.loads(tags[member]):
+            if tag not in union:
+                union.append(tag)
+    members = "|".join([ids[canonical], *sorted(ids[i] for i in losers)])
+    cluster_id = f"{prefix}-{hashlib.sha256(members.encode()).hexdigest()[:10]}"
+    return Cluster(
+        cluster_id=cluster_id,
+        namespace=namespaces[canonical],
+        canonical=ids[canonical],
+        losers=[(ids[i], float(s)) for i, s in zip(losers, scores, strict=True)],
+        tag_union=union,
+    )
+
+
+def clusters_table(clusters: list[Cluster]) -> pa.Table:
+    rows = [
+        {"cluster_id": c.cluster_id, "namespace": c.namespace, "canonical": c.canonical, "loser": loser,
+         "score": s, "tag_union": json.dumps(c.tag_union)}
+        for c in clusters
+        for loser, s in c.losers
+    ]
+    return pa.Table.from_pylist(rows, schema=CLUSTER_SCHEMA)

@@ -1,0 +1,139 @@
+"""Duplicate collapse and consolidation on hand-built vectors and pairs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+
+from engram_pipelines.clusters import band_pairs, star_clusters
+from engram_pipelines.merges import collapse_duplicates, consolidate
+from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, vector_pairs
+from engram_pipelines.vectors import vector_schema
+from tests.lifecycle_helpers import AS_OF, days_ago, snapshot
+
+
+def at_angle(degrees: float, dim: int = 4) -> list[float]:
+    """A unit vector in the plane of e1, e2 at `degrees` from e1 (cosines between them are cos of the gap)."""
+    v = [0.0] * dim
+    v[0], v[1] = math.cos(math.radians(degrees)), math.sin(math.radians(degrees))
+    return v
+
+
+def pairs_of(rows: list[tuple[str, str, float]], namespace: str = "ns1") -> pa.Table:
+    return pa.Table.from_pylist(
+        [{"namespace": namespace, "left_id": a, "right_id": b, "score": s, "exact_content": False} for a, b, s in rows],
+        schema=PAIR_SCHEMA,
+    )
+
+
+def clusters_for(memories, pairs, low=0.85, high=0.97):
+    return {c.canonical: [loser for loser, _ in c.losers]
+            for c in star_clusters(band_pairs(pairs, memories, low, high), memories, prefix="t")}
+
+
+def test_a_chain_is_never_one_cluster_whoever_is_canonical():
+    for canonical_importance in ([0.9, 0.5, 0.5], [0.5, 0.9, 0.5]):
+        memories = snapshot([{"importance": i} for i in canonical_importance])
+        pairs = pairs_of([("m0", "m1", 0.9), ("m1", "m2", 0.9), ("m0", "m2", 0.62)])
+        got = clusters_for(memories, pairs)
+        members = [{c, *losers} for c, losers in got.items()]
+        assert not any({"m0", "m2"} <= m for m in members)
+    vectors = snapshot([{"embedding": at_angle(0)}, {"embedding": at_angle(25)}, {"embedding": at_angle(50)}])
+    table = pa.table({"id": vectors["id"], "namespace": vectors["namespace"],
+                      "model": pa.array(["t"] * 3), "source": pa.array(["stored"] * 3),
+                      "vector": vectors["embedding"]}).cast(vector_schema(4))
+    found, _ = vector_pairs(table, 0.8, exact_cutoff=100)
+    assert [(r["left_id"], r["right_id"]) for r in found.to_pylist()] == [("m0", "m1"), ("m1", "m2")]
+
+
+def test_band_edges_low_in_high_out():
+    memories = snapshot([{}, {}, {}, {}])
+    pairs = pairs_of([("m0", "m1", 0.85), ("m2", "m3", 0.97)])
+    assert clusters_for(memories, pairs) == {"m0": ["m1"]} or clusters_for(memories, pairs) == {"m1": ["m0"]}
+    assert {c: l for c, l in clusters_for(memories, pairs, 0.97, None).items()} in ({"m2": ["m3"]}, {"m3": ["m2"]})
+    assert clusters_for(memories, pairs_of([("m0", "m1", 0.8499)])) == {}
+
+
+def test_canonical_tie_breaks():
+    same_day = days_ago(3)
+    memories = snapshot([
+        {"importance": 0.6, "created_at": days_ago(1)},
+        {"importance": 0.9, "created_at": days_ago(9)},  # highest importance wins
+        {"importance": 0.6, "created_at": same_day},
+    ])
+    full = pairs_of([("m0", "m1", 0.9), ("m0", "m2", 0.9), ("m1", "m2", 0.9)])
+    assert clusters_for(memories, full) == {"m1": ["m0", "m2"]}
+    memories = snapshot([{"created_at": days_ago(5)}, {"created_at": days_ago(2)}])  # most recent wins
+    assert clusters_for(memories, pairs_of([("m0", "m1", 0.9)])) == {"m1": ["m0"]}
+    memories = snapshot([{"id": "b", "created_at": same_day}, {"id": "a", "created_at": same_day}])
+    assert clusters_for(memories, pairs_of([("a", "b", 0.9)])) == {"a": ["b"]}  # then the lowest id
+
+
+def test_exclusions():
+    memories = snapshot([
+        {"importance": 0.9},
+        {"pinned": True},  # never a loser
+        {"superseded_by": "m0"},
+        {"kind": "semantic"},
+        {"metadata": {"contradictionWith": ["m0"]}},
+        {"content": "standup is at 9am"},
+        {"content": "standup is at 10am", "importance": 0.8},
+        {"zone": "archived"},
+        {"kind": "block"},
+    ])
+    pairs = pairs_of([("m0", f"m{i}", 0.9) for i in (1, 2, 3, 4, 7, 8)] + [("m5", "m6", 0.95)])
+    assert clusters_for(memories, pairs) == {}
+    excluded = pairs_of([("m0", "m9", 0.9)]).select(["left_id", "right_id"])
+    memories = snapshot([{"importance": 0.9}, {}, {}, {}, {}, {}, {}, {}, {}, {}])
+    kept = band_pairs(pairs_of([("m0", "m9", 0.9), ("m0", "m1", 0.9)]), memories, 0.85, 0.97,
+                      excluded_pairs=excluded)
+    assert kept["right_id"].to_pylist() == ["m1"]
+
+
+def test_a_pinned_row_is_canonical_only_where_the_rule_elects_it():
+    memories = snapshot([{"pinned": True}, {"importance": 0.9}])
+    assert clusters_for(memories, pairs_of([("m0", "m1", 0.9)])) == {}
+    memories = snapshot([{"pinned": True, "importance": 0.9}, {}])
+    assert clusters_for(memories, pairs_of([("m0", "m1", 0.9)])) == {"m0": ["m1"]}
+
+
+def test_collapse_annotates_and_consolidation_unions_tags():
+    memories = snapshot([
+        {"importance": 0.9, "tags": ["a"]},
+        {"tags": ["b", "a"]},
+        {"tags": ["c"]},
+        {"content": "same words", "importance": 0.2},
+        {"content": "same words", "importance": 0.7},
+    ])
+    pairs = pairs_of([("m0", "m1", 0.98), ("m0", "m2", 0.9), ("m1", "m2", 0.9)])
+    dup = collapse_duplicates(
+        pa.concat_tables([pairs, exact_content_pairs(memories)]), memories, threshold=0.97, at=AS_OF
+    )
+    assert {c.canonical: [x for x, _ in c.losers] for c in dup.clusters} == {"m0": ["m1"], "m4": ["m3"]}
+    ops = sorted((i["target_id"], i["op"]) for i in dup.intents.to_pylist())
+    assert ("m0", "annotate_duplicates") in ops and ("m1", "supersede") in ops and ("m0", "union_tags") in ops
+    merged = consolidate(pairs, memories, low=0.85, high=0.97, at=AS_OF, excluded_ids=frozenset({"m1"}))
+    assert merged.summary()["merged"] == 1 and merged.summary()["dry_run"]
+    union = [i for i in merged.intents.to_pylist() if i["op"] == "union_tags"][0]
+    assert union["params"] == '{"tags":["a","c"]}' and union["review_class"] == "gated"
+
+
+def test_cross_namespace_twins_never_pair():
+    twin = at_angle(10)
+    rows = snapshot([{"embedding": twin}, {"embedding": twin, "namespace": "ns2"}, {"embedding": at_angle(12)}])
+    table = pa.table({"id": rows["id"], "namespace": rows["namespace"], "model": pa.array(["t"] * 3),
+                      "source": pa.array(["stored"] * 3), "vector": rows["embedding"]}).cast(vector_schema(4))
+    found, _ = vector_pairs(table, 0.8, exact_cutoff=100)
+    assert [(r["left_id"], r["right_id"]) for r in found.to_pylist()] == [("m0", "m2")]
+    same = snapshot([{"content": "x"}, {"content": "x", "namespace": "ns2"}])
+    assert exact_content_pairs(same).num_rows == 0
+
+
+def test_vectors_of_two_models_are_never_compared():
+    rows = snapshot([{"embedding": at_angle(0)}, {"embedding": at_angle(0)}])
+    table = pa.table({"id": rows["id"], "namespace": rows["namespace"], "model": pa.array(["a", "b"]),
+                      "source": pa.array(["stored"] * 2), "vector": rows["embedding"]}).cast(vector_schema(4))
+    assert vector_pairs(table, 0.8, exact_cutoff=100)[0].num_rows == 0
+    assert np.isclose(1.0, 1.0)
