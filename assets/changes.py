@@ -19,7 +19,7 @@ from engram_pipelines.changes.revert import approve_change_set
 from engram_pipelines.progress import LogProgress
 
 # The analyses whose proposals the change set gathers; each is an asset of the same name.
-ANALYSIS_SOURCES: list[str] = ["decay_scores", "promotions", "retention"]
+ANALYSIS_SOURCES: list[str] = ["decay_scores", "promotions", "retention", "duplicates", "consolidation"]
 
 APPLY_POOL = "engram_apply"
 

@@ -8,7 +8,9 @@ from engram_pipelines.config import Config
 
 nightly_job = dg.define_asset_job(
     name="nightly",
-    selection=dg.AssetSelection.groups("ingest", "analysis", "changes", "apply", "reports"),
+    # The decay preview is a report run on demand, not a nightly step.
+    selection=dg.AssetSelection.groups("ingest", "analysis", "changes", "apply", "reports")
+    - dg.AssetSelection.assets("decay_preview"),
     description=(
         "Snapshot the live store, run every analysis, compose the auto and gated change sets, apply the auto "
         "set (CAS-guarded, audited) and write the health report. Gated changes wait for `approve`."

@@ -41,7 +41,13 @@ def seed_store(store: Store, n: int) -> list[str]:
     ids = [f"m{i:07d}" for i in range(n)]
     for start in range(0, n, 20_000):
         store.insert_memories(
-            {"id": i, "namespace": f"ns{int(i[1:]) % 50}", "content": f"memory {i}", "created_at": T0, "tags": ["seed"]}
+            {
+                "id": i,
+                "namespace": f"ns{int(i[1:]) % 50}",
+                "content": f"memory {i}",
+                "created_at": T0,
+                "tags": ["seed"],
+            }
             for i in ids[start : start + 20_000]
         )
     return ids
@@ -52,12 +58,31 @@ def change_set(store: Store, warehouse: Warehouse, ids: list[str]) -> str:
     rows = []
     for memory_id in ids:
         namespace = f"ns{int(memory_id[1:]) % 50}"
-        for op, params in (("union_tags", {"tags": ["pipeline"]}), ("set_metadata", {"values": {"bench": 1}})):
-            rows.append({"namespace": namespace, "target_id": memory_id, "op": op, "params": params,
-                         "source": "bench", "review_class": "auto", "reason": "bench"})
-    sets = compose(intents_table(rows), warehouse.read_table("memories", AS_OF), as_of=AS_OF,
-                   at=end_of_day(AS_OF), job="bench")
-    return store_change_set(store, warehouse, sets["auto"], created_at=T0, config_fingerprint="bench").change_set_id
+        for op, params in (
+            ("union_tags", {"tags": ["pipeline"]}),
+            ("set_metadata", {"values": {"bench": 1}}),
+        ):
+            rows.append(
+                {
+                    "namespace": namespace,
+                    "target_id": memory_id,
+                    "op": op,
+                    "params": params,
+                    "source": "bench",
+                    "review_class": "auto",
+                    "reason": "bench",
+                }
+            )
+    sets = compose(
+        intents_table(rows),
+        warehouse.read_table("memories", AS_OF),
+        as_of=AS_OF,
+        at=end_of_day(AS_OF),
+        job="bench",
+    )
+    return store_change_set(
+        store, warehouse, sets["auto"], created_at=T0, config_fingerprint="bench"
+    ).change_set_id
 
 
 def per_row_baseline(store: Store, change_set_id: str, limit: int) -> float:
@@ -73,14 +98,25 @@ def per_row_baseline(store: Store, change_set_id: str, limit: int) -> float:
                     store._sql(
                         "UPDATE memories SET tags = ?, metadata = ?, version = version + 1 WHERE id = ? AND version = ?"
                     ),
-                    (json.dumps(patch["tags"]), json.dumps(patch["metadata"]), row["target_id"], row["expected_version"]),
+                    (
+                        json.dumps(patch["tags"]),
+                        json.dumps(patch["metadata"]),
+                        row["target_id"],
+                        row["expected_version"],
+                    ),
                 )
                 cur.execute(
                     store._sql(
                         "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, "
                         "before, after) VALUES (?, 'baseline', ?, ?, 'memory', ?, 'update', NULL, ?)"
                     ),
-                    (store._to_db("created_at", T0), change_set_id, row["change_id"], row["target_id"], row["patch"]),
+                    (
+                        store._to_db("created_at", T0),
+                        change_set_id,
+                        row["change_id"],
+                        row["target_id"],
+                        row["patch"],
+                    ),
                 )
     return len(rows) / (time.perf_counter() - started)
 
@@ -90,8 +126,13 @@ def one_case(url: str, n: int, writers: int, batch_size: int, work: Path) -> dic
         ids = seed_store(store, n)
         cs = change_set(store, Warehouse(work / "warehouse"), ids)
         if writers:
-            agents, result = run_with_agents(url, ids, lambda: apply_change_set(store, cs, batch_size=batch_size),
-                                             writers=writers, pause=0.002)
+            agents, result = run_with_agents(
+                url,
+                ids,
+                lambda: apply_change_set(store, cs, batch_size=batch_size),
+                writers=writers,
+                pause=0.002,
+            )
             latency = latency_percentiles(agents)
             lost = lost_edits(store, agents, ids)
         else:
@@ -121,22 +162,39 @@ def baseline_case(url: str, n: int, work: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--stores", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1000])
     parser.add_argument("--writers", type=int, default=4)
     args = parser.parse_args()
-    print(f"# apply benchmark, {dt.date.today()}, {platform.processor() or platform.machine()}, "
-          f"python {platform.python_version()}")
+    print(
+        f"# apply benchmark, {dt.date.today()}, {platform.processor() or platform.machine()}, "
+        f"python {platform.python_version()}"
+    )
     server = None
     if "postgres" in args.stores:
         from engram_pipelines.testing_postgres import PostgresServer
 
         server = PostgresServer()
         server.start()
-    header = ("store", "changes", "writers", "batch", "changes_per_s", "applied", "skipped", "ineligible",
-              "accounted", "agent_p50_ms", "agent_p99_ms", "agent_writes", "lost_edits")
+    header = (
+        "store",
+        "changes",
+        "writers",
+        "batch",
+        "changes_per_s",
+        "applied",
+        "skipped",
+        "ineligible",
+        "accounted",
+        "agent_p50_ms",
+        "agent_p99_ms",
+        "agent_writes",
+        "lost_edits",
+    )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     counter = 0
@@ -147,16 +205,23 @@ def main() -> None:
                     for writers in (0, args.writers):
                         counter += 1
                         work = Path(tempfile.mkdtemp(prefix="engram-bench-"))
-                        url = (f"sqlite:///{work}/bench.db" if kind == "sqlite"
-                               else server.create_database(f"bench_{counter}"))
+                        url = (
+                            f"sqlite:///{work}/bench.db"
+                            if kind == "sqlite"
+                            else server.create_database(f"bench_{counter}")
+                        )
                         row = {"store": kind, **one_case(url, n, writers, batch, work)}
                         print("| " + " | ".join(str(row[h]) for h in header) + " |", flush=True)
                         shutil.rmtree(work, ignore_errors=True)
             work = Path(tempfile.mkdtemp(prefix="engram-bench-"))
             counter += 1
-            url = f"sqlite:///{work}/base.db" if kind == "sqlite" else server.create_database(f"base_{counter}")
+            url = (
+                f"sqlite:///{work}/base.db" if kind == "sqlite" else server.create_database(f"base_{counter}")
+            )
             rate = baseline_case(url, 10_000, work)
-            print(f"| {kind} | per-row baseline (10000 changes, batches of 100) | | | {rate:.0f} |", flush=True)
+            print(
+                f"| {kind} | per-row baseline (10000 changes, batches of 100) | | | {rate:.0f} |", flush=True
+            )
             shutil.rmtree(work, ignore_errors=True)
     finally:
         if server is not None:

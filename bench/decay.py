@@ -47,10 +47,22 @@ CONTENTS = np.array(
 def generate(path: Path, rows: int, seed: int = 1) -> None:
     rng = np.random.default_rng(seed)
     chunk = 1_000_000
-    schema = pa.schema([("id", pa.string()), ("namespace", pa.string()), ("kind", pa.string()),
-                        ("content", pa.string()), ("importance", pa.float64()), ("score", pa.float64()),
-                        ("access_count", pa.int64()), ("last_accessed_at", TIMESTAMP), ("created_at", TIMESTAMP),
-                        ("pinned", pa.bool_()), ("stale", pa.bool_()), ("tags", pa.string())])
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("namespace", pa.string()),
+            ("kind", pa.string()),
+            ("content", pa.string()),
+            ("importance", pa.float64()),
+            ("score", pa.float64()),
+            ("access_count", pa.int64()),
+            ("last_accessed_at", TIMESTAMP),
+            ("created_at", TIMESTAMP),
+            ("pinned", pa.bool_()),
+            ("stale", pa.bool_()),
+            ("tags", pa.string()),
+        ]
+    )
     base = int(AS_OF.timestamp() * 1e6)
     with pq.ParquetWriter(path, schema) as writer:
         for start in range(0, rows, chunk):
@@ -58,20 +70,27 @@ def generate(path: Path, rows: int, seed: int = 1) -> None:
             created = base - rng.integers(0, 200 * 86_400_000_000, n)
             has_access = rng.random(n) < 0.6
             accessed = np.where(has_access, created + (base - created) * rng.random(n), 0).astype(np.int64)
-            writer.write_table(pa.table({
-                "id": pa.array([f"m{start + i:09d}" for i in range(n)]),
-                "namespace": pa.array(np.char.add("ns", (rng.integers(0, 100, n)).astype(str))),
-                "kind": pa.array(np.where(rng.random(n) < 0.01, "block", "episodic")),
-                "content": pa.array(CONTENTS[rng.integers(0, len(CONTENTS), n)]),
-                "importance": pa.array(rng.random(n)),
-                "score": pa.nulls(n, pa.float64()),
-                "access_count": pa.array(np.where(has_access, rng.integers(1, 30, n), 0)),
-                "last_accessed_at": pa.array(accessed, type=pa.int64(), mask=~has_access).cast(TIMESTAMP),
-                "created_at": pa.array(created, type=pa.int64()).cast(TIMESTAMP),
-                "pinned": pa.array(rng.random(n) < 0.02),
-                "stale": pa.array(rng.random(n) < 0.5),
-                "tags": pa.array(np.where(rng.random(n) < 0.1, '["critical"]', "[]")),
-            }, schema=schema))
+            writer.write_table(
+                pa.table(
+                    {
+                        "id": pa.array([f"m{start + i:09d}" for i in range(n)]),
+                        "namespace": pa.array(np.char.add("ns", (rng.integers(0, 100, n)).astype(str))),
+                        "kind": pa.array(np.where(rng.random(n) < 0.01, "block", "episodic")),
+                        "content": pa.array(CONTENTS[rng.integers(0, len(CONTENTS), n)]),
+                        "importance": pa.array(rng.random(n)),
+                        "score": pa.nulls(n, pa.float64()),
+                        "access_count": pa.array(np.where(has_access, rng.integers(1, 30, n), 0)),
+                        "last_accessed_at": pa.array(accessed, type=pa.int64(), mask=~has_access).cast(
+                            TIMESTAMP
+                        ),
+                        "created_at": pa.array(created, type=pa.int64()).cast(TIMESTAMP),
+                        "pinned": pa.array(rng.random(n) < 0.02),
+                        "stale": pa.array(rng.random(n) < 0.5),
+                        "tags": pa.array(np.where(rng.random(n) < 0.1, '["critical"]', "[]")),
+                    },
+                    schema=schema,
+                )
+            )
 
 
 def loop_score(row: dict, config: Config) -> float | None:
@@ -96,7 +115,9 @@ def loop_score(row: dict, config: Config) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--sample", type=int, default=200_000)
     parser.add_argument("--path", type=Path, default=Path("/tmp/engram-decay-bench.parquet"))
@@ -118,8 +139,13 @@ def main() -> None:
     started = time.perf_counter()
     loop = [loop_score(row, config) for row in sample]
     loop_s = time.perf_counter() - started
-    ours = dict(zip(scores["id"].to_pylist()[: args.sample * 2], scores["score"].to_pylist()[: args.sample * 2],
-                    strict=True))
+    ours = dict(
+        zip(
+            scores["id"].to_pylist()[: args.sample * 2],
+            scores["score"].to_pylist()[: args.sample * 2],
+            strict=True,
+        )
+    )
     diffs = [abs(ours[r["id"]] - s) for r, s in zip(sample, loop, strict=True) if s is not None]
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -127,11 +153,17 @@ def main() -> None:
     print("| method | rows | seconds | rows/s |")
     print("|---|---|---|---|")
     print(f"| Parquet read (pyarrow) | {args.rows:,} | {read_s:.2f} | {args.rows / read_s:,.0f} |")
-    print(f"| DuckDB decay_scores (engram policy) | {args.rows:,} | {score_s:.2f} | {args.rows / score_s:,.0f} |")
-    print(f"| read + score | {args.rows:,} | {read_s + score_s:.2f} | {args.rows / (read_s + score_s):,.0f} |")
+    print(
+        f"| DuckDB decay_scores (engram policy) | {args.rows:,} | {score_s:.2f} | {args.rows / score_s:,.0f} |"
+    )
+    print(
+        f"| read + score | {args.rows:,} | {read_s + score_s:.2f} | {args.rows / (read_s + score_s):,.0f} |"
+    )
     print(f"| per-row Python loop (sample) | {len(sample):,} | {loop_s:.2f} | {len(sample) / loop_s:,.0f} |")
-    print(f"\nspeed-up of DuckDB over the loop: {(args.rows / score_s) / (len(sample) / loop_s):.0f}x; "
-          f"max |score difference| on the sample: {max(diffs):.2e}; peak RSS {peak_mb:,.0f} MB")
+    print(
+        f"\nspeed-up of DuckDB over the loop: {(args.rows / score_s) / (len(sample) / loop_s):.0f}x; "
+        f"max |score difference| on the sample: {max(diffs):.2e}; peak RSS {peak_mb:,.0f} MB"
+    )
 
 
 if __name__ == "__main__":

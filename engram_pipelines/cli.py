@@ -292,14 +292,56 @@ def run(
 def consolidate(
     as_of: str | None, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
 ) -> None:
-    """Propose the review-gated change set (merges, compression, supersede) and print its review report.
+    """Propose the review-gated change set (merges, compression, supersede) and write its review report.
 
     Nothing is merged before `approve` and `apply`.
+
+    \b
+    Example:
+      engram-pipelines consolidate --store sqlite:///data/engram.db --as-of 2026-11-29
     """
-    summary = run_job("consolidate", parse_date(as_of), store_arg, warehouse, config_path)
+    from engram_pipelines.changes.registry import load_change_set
+    from engram_pipelines.review import review_html, review_markdown
+    from engram_pipelines.warehouse import Warehouse
+
+    day = parse_date(as_of)
+    summary = run_job("consolidate", day, store_arg, warehouse, config_path)
+    if summary["success"]:
+        wh = Warehouse(warehouse_path(warehouse))
+        gated = wh.read_run_pointer(day, "consolidate")["gated"]
+        clusters = wh.read_table("consolidation", day).to_pylist()
+        merge = summary["steps"].get("consolidation", {})
+        summary["consolidation"] = {
+            "change_set_id": gated,
+            "scanned": merge.get("scanned", 0),
+            "clusters": merge.get("clusters", 0),
+            "merged": merge.get("merged", 0),
+            "skipped_concurrent_edit": 0,
+            "dry_run": True,
+            "per_cluster": clusters,
+        }
+        with opened(store_arg) as store:
+            record, table = load_change_set(store, gated)
+            rows = table.to_pylist()
+            memories = store.read_memories(_referenced_ids(rows))
+        reports = wh.reports_dir(day)
+        (reports / "consolidation-review.md").write_text(
+            review_markdown(record, rows, memories, store_url(store_arg))
+        )
+        (reports / "consolidation-review.html").write_text(
+            review_html(record, rows, memories, store_url(store_arg))
+        )
+        summary["review_report"] = str(reports / "consolidation-review.html")
     emit(summary, as_json)
     if not as_json:
         print_summary(summary)
+        if "consolidation" in summary:
+            c = summary["consolidation"]
+            console.print(
+                f"[bold]consolidation (dry run)[/]: scanned {c['scanned']}, {c['clusters']} clusters, "
+                f"{c['merged']} would merge; review {summary['review_report']}, then "
+                f"`engram-pipelines approve {c['change_set_id']}`"
+            )
     if not summary["success"]:
         sys.exit(1)
 

@@ -61,17 +61,32 @@ def numbers_of(contents: list[str]) -> list[tuple[str, ...]]:
 
 
 def band_pairs(
-    pairs: pa.Table, memories: pa.Table, low: float, high: float | None, *, excluded_pairs: pa.Table | None = None
+    pairs: pa.Table,
+    memories: pa.Table,
+    low: float,
+    high: float | None,
+    *,
+    excluded_pairs: pa.Table | None = None,
 ) -> pa.Table:
     """The pairs in [low, high) whose rows are of one kind, with the same numbers, not paired as contradicting."""
     con = duckdb.connect()
     con.register("p", pairs)
     con.register("m", memories.select(["id", "kind", "content"]))
-    numbers = pa.table({"id": memories["id"], "numbers": pa.array(
-        [json.dumps(n) for n in numbers_of(memories["content"].to_pylist())], pa.string())})
+    numbers = pa.table(
+        {
+            "id": memories["id"],
+            "numbers": pa.array(
+                [json.dumps(n) for n in numbers_of(memories["content"].to_pylist())], pa.string()
+            ),
+        }
+    )
     con.register("n", numbers)
-    con.register("x", excluded_pairs if excluded_pairs is not None else
-                 pa.table({"left_id": pa.array([], pa.string()), "right_id": pa.array([], pa.string())}))
+    con.register(
+        "x",
+        excluded_pairs
+        if excluded_pairs is not None
+        else pa.table({"left_id": pa.array([], pa.string()), "right_id": pa.array([], pa.string())}),
+    )
     upper = f"AND p.score < {float(high)!r}" if high is not None else ""
     return con.sql(
         f"""
@@ -88,8 +103,23 @@ def band_pairs(
 
 def _eligibility(memories: pa.Table, excluded_ids: set[str]) -> pa.Table:
     con = duckdb.connect()
-    con.register("m", memories.select(["id", "namespace", "kind", "importance", "created_at", "pinned", "zone",
-                                       "superseded_by", "tags", "metadata"]))
+    con.register(
+        "m",
+        memories.select(
+            [
+                "id",
+                "namespace",
+                "kind",
+                "importance",
+                "created_at",
+                "pinned",
+                "zone",
+                "superseded_by",
+                "tags",
+                "metadata",
+            ]
+        ),
+    )
     table = con.sql(
         """
         SELECT id, namespace, tags,
@@ -101,18 +131,50 @@ def _eligibility(memories: pa.Table, excluded_ids: set[str]) -> pa.Table:
         """
     ).to_arrow_table()
     if excluded_ids:
-        mask = np.isin(table["id"].to_numpy(zero_copy_only=False), np.array(sorted(excluded_ids), dtype=object))
+        mask = np.isin(
+            table["id"].to_numpy(zero_copy_only=False), np.array(sorted(excluded_ids), dtype=object)
+        )
         can = table["can_cluster"].to_numpy(zero_copy_only=False) & ~mask
         table = table.set_column(table.schema.get_field_index("can_cluster"), "can_cluster", pa.array(can))
     return table
 
 
-def star_clusters(pairs: pa.Table, memories: pa.Table, *, prefix: str, excluded_ids: set[str] = frozenset()
-                  ) -> list[Cluster]:
-    """Greedy star clusters over `pairs` (already limited to one band); see the module docstring."""
+def star_clusters(
+    pairs: pa.Table, memories: pa.Table, *, prefix: str, excluded_ids: set[str] = frozenset()
+) -> list[Cluster]:
+    """Clusters over `pairs` (already limited to one band), settled so that a second pass finds nothing.
+
+    One greedy pass can leave two surviving canonicals in the band to each other (complete linkage kept one
+    out of the other's cluster because of a loser). Once the losers are superseded, the next nightly run would
+    merge them, so the passes are repeated here on the survivors until none is left to merge: the same
+    outcome as successive runs, reached in one, which keeps the pipeline idempotent.
+    """
     if pairs.num_rows == 0:
         return []
     rows = _eligibility(memories, set(excluded_ids))
+    tags = dict(zip(rows["id"].to_pylist(), rows["tags"].to_pylist(), strict=True))
+    out: list[Cluster] = []
+    gone: set[str] = set()
+    while True:
+        found = _one_pass(pairs, rows, prefix, gone, tags)
+        if not found:
+            return out
+        for cluster in found:
+            gone.update(loser for loser, _ in cluster.losers)
+            tags[cluster.canonical] = json.dumps(cluster.tag_union)
+        out.extend(found)
+
+
+def _one_pass(
+    pairs: pa.Table, rows: pa.Table, prefix: str, gone: set[str], tags_by_id: dict[str, str]
+) -> list[Cluster]:
+    if gone:
+        out_mask = np.isin(rows["id"].to_numpy(zero_copy_only=False), np.array(sorted(gone), dtype=object))
+        rows = rows.set_column(
+            rows.schema.get_field_index("can_cluster"),
+            "can_cluster",
+            pa.array(rows["can_cluster"].to_numpy(zero_copy_only=False) & ~out_mask),
+        )
     index = {memory_id: i for i, memory_id in enumerate(rows["id"].to_pylist())}
     priority = rows["priority"].to_numpy(zero_copy_only=False)
     can_cluster = rows["can_cluster"].to_numpy(zero_copy_only=False)
@@ -135,8 +197,9 @@ def star_clusters(pairs: pa.Table, memories: pa.Table, *, prefix: str, excluded_
     lose_ok = can_lose[row_of_rank]
     ids = rows["id"].to_pylist()
     namespaces = rows["namespace"].to_pylist()
-    tags = rows["tags"].to_pylist()
+    tags = [tags_by_id[i] for i in ids]
     clusters: list[Cluster] = []
+
     def adjacent(rank: int) -> set[int]:
         return set(dst[starts[rank] : starts[rank + 1]].tolist())
 
@@ -157,13 +220,23 @@ def star_clusters(pairs: pa.Table, memories: pa.Table, *, prefix: str, excluded_
         members = neighbours[taken]
         assigned[rank] = True
         assigned[members] = True
-        clusters.append(_cluster(prefix, ids, namespaces, tags, int(row_of_rank[rank]),
-                                 row_of_rank[members], scores[taken]))
+        clusters.append(
+            _cluster(
+                prefix, ids, namespaces, tags, int(row_of_rank[rank]), row_of_rank[members], scores[taken]
+            )
+        )
     return clusters
 
 
-def _cluster(prefix: str, ids: list[str], namespaces: list[str], tags: list[str], canonical: int,
-             losers: np.ndarray, scores: np.ndarray) -> Cluster:
+def _cluster(
+    prefix: str,
+    ids: list[str],
+    namespaces: list[str],
+    tags: list[str],
+    canonical: int,
+    losers: np.ndarray,
+    scores: np.ndarray,
+) -> Cluster:
     union: list[str] = []
     for member in [canonical, *losers.tolist()]:  # first-seen order: the canonical's tags, then each loser's
         for tag in json.loads(tags[member]):
@@ -182,8 +255,14 @@ def _cluster(prefix: str, ids: list[str], namespaces: list[str], tags: list[str]
 
 def clusters_table(clusters: list[Cluster]) -> pa.Table:
     rows = [
-        {"cluster_id": c.cluster_id, "namespace": c.namespace, "canonical": c.canonical, "loser": loser,
-         "score": s, "tag_union": json.dumps(c.tag_union)}
+        {
+            "cluster_id": c.cluster_id,
+            "namespace": c.namespace,
+            "canonical": c.canonical,
+            "loser": loser,
+            "score": s,
+            "tag_union": json.dumps(c.tag_union),
+        }
         for c in clusters
         for loser, s in c.losers
     ]

@@ -188,6 +188,12 @@ class SimilarityConfig(_Section):
         return min(self.association_threshold, self.contradiction_threshold, self.merge_threshold)
 
 
+class EmbeddingsConfig(_Section):
+    # "minilm" (the offline default) or "package.module:attribute" for your own (docs/embeddings.md).
+    embedder: str = "minilm"
+    batch_size: int = Field(64, ge=1)
+
+
 class ContradictionConfig(_Section):
     policy: str = "flag"  # MEMORY_CONTRADICTION_POLICY: flag | supersede
 
@@ -270,6 +276,7 @@ class Config(_Section):
     promotion: PromotionConfig = Field(default_factory=PromotionConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     similarity: SimilarityConfig = Field(default_factory=SimilarityConfig)
+    embeddings: EmbeddingsConfig = Field(default_factory=EmbeddingsConfig)
     contradiction: ContradictionConfig = Field(default_factory=ContradictionConfig)
     semantic: SemanticConfig = Field(default_factory=SemanticConfig)
     compression: CompressionConfig = Field(default_factory=CompressionConfig)

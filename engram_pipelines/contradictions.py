@@ -66,7 +66,13 @@ COPULAR_RELATION = "is"
 # Words keep inner dots, dashes, slashes, apostrophes and colons ("node.js", "gpt-4", "don't", "9:30") and
 # thousands separators ("5,000"); a currency sign stays on its amount.
 _TOKEN = re.compile(r"[$€£]?[\w+#%]+(?:[.'\-/:][\w+#%]+|,\d{3}(?!\d))*")
-_PLACEHOLDERS = {"time": "<time>", "date": "<date>", "weekday": "<weekday>", "number": "<num>"}
+_PLACEHOLDERS = {
+    "time": "<time>",
+    "date": "<date>",
+    "monthday": "<date>",  # same frame as a dated day; yearless_date decides whether they can differ
+    "weekday": "<weekday>",
+    "number": "<num>",
+}
 
 FEATURES_SCHEMA = pa.schema(
     [
@@ -91,10 +97,12 @@ FEATURES_SCHEMA = pa.schema(
         pa.field("numbers_text", pa.string()),  # as written, for reasons
         pa.field("temporals", pa.string()),  # canonical times and dates ("09:00", "2026-03-01", "monday")
         pa.field("temporals_text", pa.string()),
+        pa.field("temporals_loose", pa.string()),  # dates without their year
+        pa.field("yearless_date", pa.bool_(), nullable=False),  # "March 3": any year's March 3
         pa.field("number", pa.float64()),  # the first number
         pa.field("unit", pa.string()),  # the word after the first number
         pa.field("time_minutes", pa.int32()),  # the first clock time, minutes after midnight
-        pa.field("date", pa.string()),  # the first date, "YYYY-MM-DD" ("----" when the year is missing)
+        pa.field("date", pa.string()),  # the first date, "YYYY-MM-DD" ("--MM-DD" without a year)
     ]
 )
 
@@ -160,7 +168,9 @@ class CueIndex:
 
     @classmethod
     def of(cls, phrases_by_category: Mapping[str, Iterable[str]]) -> CueIndex:
-        entries = {(tuple(p.split()), c) for c, phrases in phrases_by_category.items() for p in phrases if p.split()}
+        entries = {
+            (tuple(p.split()), c) for c, phrases in phrases_by_category.items() for p in phrases if p.split()
+        }
         by_first: dict[str, list[tuple[tuple[str, ...], str]]] = {}
         for phrase, category in sorted(entries, key=lambda e: (-len(e[0]), e)):
             by_first.setdefault(phrase[0], []).append((phrase, category))
@@ -333,7 +343,13 @@ def _compile_claims(raw: Mapping[str, Any], source: str):
         re.escape(op) + (r"\s+" if op == ":" else r"\s*") for op in sorted(operators, key=len, reverse=True)
     )
     assignment = re.compile(rf"^(?P<subject>.+?)\s*(?:{alternation})(?P<value>.+)$")
-    return operators_by_category, assignment, frozenset("".join(operators)), relation_of_form, frozenset(single_valued)
+    return (
+        operators_by_category,
+        assignment,
+        frozenset("".join(operators)),
+        relation_of_form,
+        frozenset(single_valued),
+    )
 
 
 def _compile_quantities(raw: Mapping[str, Any], source: str):
@@ -384,9 +400,13 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
     subject_stops, value_stops = words("subject_stop_words"), words("value_stop_words")
     labels_of_form, poles_of_label, pair_labels = _compile_polar(_require(raw, "polar_pairs", source), source)
     operators, assignment, assignment_chars, relation_of_form, single_valued = _compile_claims(raw, source)
-    quantity, kinds, quantity_words, number_words, month_number, weekday_name = _compile_quantities(raw, source)
+    quantity, kinds, quantity_words, number_words, month_number, weekday_name = _compile_quantities(
+        raw, source
+    )
     function_words = frozenset(words("function_words"))
-    single_token_cues = {w for w in [*negation_words, *change_words, *subject_stops, *value_stops] if " " not in w}
+    single_token_cues = {
+        w for w in [*negation_words, *change_words, *subject_stops, *value_stops] if " " not in w
+    }
     return RuleBook(
         source=source,
         cues=CueIndex.of({NEGATION: negation_words, CHANGE: change_words, **operators}),
@@ -442,6 +462,7 @@ class Quantities:
     numbers_text: tuple[str, ...]
     temporals: tuple[str, ...]
     temporals_text: tuple[str, ...]
+    yearless: bool  # a date without a year: it may be the same day as any year's
     first_number: float | None
     unit: str | None
     time_minutes: int | None
@@ -491,7 +512,9 @@ def parse_claim(text: str, rules: RuleBook) -> Claim | None:
     return _claim(text, tokens, rules.cues.first_hits(tokens), rules)
 
 
-def _claim(text: str, tokens: list[str], hits: Mapping[str, tuple[int, int]], rules: RuleBook) -> Claim | None:
+def _claim(
+    text: str, tokens: list[str], hits: Mapping[str, tuple[int, int]], rules: RuleBook
+) -> Claim | None:
     """The first form (relational, weak relational, copular, assignment) that yields a subject and a value;
     the leftmost operator of a form splits the sentence."""
     for category in (STRONG_RELATION, WEAK_RELATION, COPULA):
@@ -541,14 +564,16 @@ def _canonical_time(match: re.Match[str], outer: str) -> tuple[str, int]:
 
 
 def _canonical_date(match: re.Match[str], outer: str, rules: RuleBook) -> tuple[str, str]:
-    """-> (kind, canonical): a weekday name or a date 'YYYY-MM-DD' ('----' when the year is missing)."""
+    """-> (kind, canonical): ("weekday", "monday"), ("date", "2026-03-01") or, without a year,
+    ("monthday", "--03-01")."""
     weekday = _group(match, outer, "weekday")
     if weekday:
         return "weekday", rules.weekday_name[weekday]
     month_name = _group(match, outer, "month")
     month = rules.month_number[month_name] if month_name else int(_group(match, outer, "mo") or 0)
-    year = _group(match, outer, "y") or "----"
-    return "date", f"{year}-{month:02d}-{int(_group(match, outer, 'd') or 0):02d}"
+    day = int(_group(match, outer, "d") or 0)
+    year = _group(match, outer, "y")
+    return ("date", f"{year}-{month:02d}-{day:02d}") if year else ("monthday", f"--{month:02d}-{day:02d}")
 
 
 def _number_value(surface: str, rules: RuleBook) -> float:
@@ -595,6 +620,7 @@ def scan_quantities(text: str, rules: RuleBook, tokens: Sequence[str] | None = N
     parts: list[str] = []
     numbers, numbers_text, temporals, temporals_text = [], [], [], []
     first_number = time_minutes = date = None
+    yearless = False
     unit_after: int | None = None
     position = 0
     for match in _quantity_matches(text, tokens, rules):
@@ -616,7 +642,8 @@ def scan_quantities(text: str, rules: RuleBook, tokens: Sequence[str] | None = N
             kind, canonical = _canonical_date(match, outer, rules)
             temporals.append(canonical)
             temporals_text.append(surface.strip())
-            date = canonical if date is None and kind == "date" else date
+            date = canonical if date is None and kind in ("date", "monthday") else date
+            yearless = yearless or kind == "monthday"
         parts.extend((text[position : match.start()], " " + _PLACEHOLDERS[kind] + " "))
         position = match.end()
     if position == 0:
@@ -633,6 +660,7 @@ def scan_quantities(text: str, rules: RuleBook, tokens: Sequence[str] | None = N
         numbers_text=tuple(numbers_text),
         temporals=tuple(temporals),
         temporals_text=tuple(temporals_text),
+        yearless=yearless,
         first_number=first_number,
         unit=unit_tokens[0] if unit_tokens else None,
         time_minutes=time_minutes,
@@ -641,7 +669,11 @@ def scan_quantities(text: str, rules: RuleBook, tokens: Sequence[str] | None = N
 
 
 def _cue(
-    category: str, hits: Mapping[str, tuple[int, int]], tokens: Sequence[str], text: str, pattern: re.Pattern[str] | None
+    category: str,
+    hits: Mapping[str, tuple[int, int]],
+    tokens: Sequence[str],
+    text: str,
+    pattern: re.Pattern[str] | None,
 ) -> str | None:
     """The first listed word or phrase of a category, else the first match of its raw patterns."""
     if category in hits:
@@ -660,6 +692,13 @@ def _pronoun_subject(claim: Claim | None, tokens: Sequence[str], rules: RuleBook
     if claim is not None:
         return all(t in rules.pronouns for t in claim.subject.split())
     return bool(tokens) and tokens[0] in rules.pronouns
+
+
+def _without_years(temporals: Sequence[str]) -> str:
+    """Dates reduced to month and day ("2026-03-01" -> "--03-01"), to compare with a date written without one."""
+    return "|".join(
+        f"--{t[5:]}" if len(t) == 10 and t[4] == "-" and t[:4].isdigit() else t for t in temporals
+    )
 
 
 def memory_row(memory_id: str, content: str, rules: RuleBook) -> dict[str, Any]:
@@ -693,7 +732,13 @@ def memory_row(memory_id: str, content: str, rules: RuleBook) -> dict[str, Any]:
         "numbers": "|".join(quantities.numbers) if quantities and quantities.numbers else None,
         "numbers_text": ", ".join(quantities.numbers_text) if quantities and quantities.numbers else None,
         "temporals": "|".join(quantities.temporals) if quantities and quantities.temporals else None,
-        "temporals_text": ", ".join(quantities.temporals_text) if quantities and quantities.temporals else None,
+        "temporals_text": ", ".join(quantities.temporals_text)
+        if quantities and quantities.temporals
+        else None,
+        "temporals_loose": _without_years(quantities.temporals)
+        if quantities and quantities.temporals
+        else None,
+        "yearless_date": bool(quantities and quantities.yearless),
         "number": quantities.first_number if quantities else None,
         "unit": quantities.unit if quantities else None,
         "time_minutes": quantities.time_minutes if quantities else None,
@@ -707,7 +752,10 @@ def memory_features(ids: Sequence[str], contents: Sequence[str], rules: RuleBook
         raise ValueError(f"memory_features: {len(ids)} ids but {len(contents)} contents")
     rows = [memory_row(str(i), c, rules) for i, c in zip(ids, contents, strict=True)]
     # Column by column: pa.Table.from_pylist spends more time per row than the parsing itself.
-    columns = [pa.array([row[name] for row in rows], type_) for name, type_ in zip(FEATURES_SCHEMA.names, FEATURES_SCHEMA.types, strict=True)]
+    columns = [
+        pa.array([row[name] for row in rows], type_)
+        for name, type_ in zip(FEATURES_SCHEMA.names, FEATURES_SCHEMA.types, strict=True)
+    ]
     return pa.Table.from_arrays(columns, schema=FEATURES_SCHEMA)
 
 
@@ -723,7 +771,9 @@ def _values_compatible(older: Mapping[str, Any], newer: Mapping[str, Any]) -> bo
     return a <= b or b <= a
 
 
-def _opposite_poles(older: Mapping[str, Any], newer: Mapping[str, Any], rules: RuleBook) -> tuple[str, str] | None:
+def _opposite_poles(
+    older: Mapping[str, Any], newer: Mapping[str, Any], rules: RuleBook
+) -> tuple[str, str] | None:
     def sides(row: Mapping[str, Any]) -> dict[int, set[int]]:
         found: dict[int, set[int]] = {}
         for label in row["poles"]:
@@ -745,7 +795,10 @@ def rule_for_pair(
 ) -> tuple[str, str] | None:
     """(rule, reason) for one pair of `memory_row` dicts, or None. Slow; `detect` does the same in bulk."""
     both_claims = older["subject"] is not None and newer["subject"] is not None
-    same_claim = both_claims and (older["subject"], older["relation"]) == (newer["subject"], newer["relation"])
+    same_claim = both_claims and (older["subject"], older["relation"]) == (
+        newer["subject"],
+        newer["relation"],
+    )
     guarded = (
         older["pronoun_subject"]
         or newer["pronoun_subject"]
@@ -758,7 +811,9 @@ def rule_for_pair(
     same_quantity_key = older["quantity_key"] is not None and older["quantity_key"] == newer["quantity_key"]
     if not guarded:
         if older["negated"] != newer["negated"] and not (same_claim and not compatible):
-            side, cue = ("newer", newer["negation_cue"]) if newer["negated"] else ("older", older["negation_cue"])
+            side, cue = (
+                ("newer", newer["negation_cue"]) if newer["negated"] else ("older", older["negation_cue"])
+            )
             return "negation", f"negation: only the {side} row is negated ('{cue}')"
         if newer["change_word"] and not older["change_word"] and not compatible:
             return "change", f"change: the newer row says '{newer['change_cue']}'"
@@ -766,12 +821,23 @@ def rule_for_pair(
         if poles and _content_contained(older, newer):
             return "polar", f"polar: '{poles[0]}' vs '{poles[1]}'"
         if same_claim and not compatible and newer["single_valued"] and unnegated and not same_quantity_key:
-            return "value_swap", f"value swap: {newer['claim_label']} '{older['value']}' vs '{newer['value']}'"
+            return (
+                "value_swap",
+                f"value swap: {newer['claim_label']} '{older['value']}' vs '{newer['value']}'",
+            )
         if same_quantity_key and unnegated and older["numbers"] != newer["numbers"]:
             return "numeric", (
                 f"numeric: {newer['quantity_label']} '{older['numbers_text']}' vs '{newer['numbers_text']}'"
             )
-        if same_quantity_key and unnegated and older["temporals"] != newer["temporals"]:
+        same_day_maybe = older["temporals_loose"] == newer["temporals_loose"] and (
+            older["yearless_date"] or newer["yearless_date"]
+        )
+        if (
+            same_quantity_key
+            and unnegated
+            and older["temporals"] != newer["temporals"]
+            and not same_day_maybe
+        ):
             return "temporal", (
                 f"temporal: {newer['quantity_label']} '{older['temporals_text']}' vs '{newer['temporals_text']}'"
             )
@@ -846,6 +912,8 @@ class _MemoryArrays:
     quantity_key: np.ndarray
     numbers: np.ndarray
     temporals: np.ndarray
+    temporals_loose: np.ndarray
+    yearless: np.ndarray
     first_pole_only: np.ndarray  # (n + 1, words) uint64: bit k = only the first side of polar pair k
     second_pole_only: np.ndarray
     value_tokens: _TokenLists
@@ -866,6 +934,8 @@ class _MemoryArrays:
             quantity_key=_codes(features["quantity_key"]),
             numbers=_codes(features["numbers"]),
             temporals=_codes(features["temporals"]),
+            temporals_loose=_codes(features["temporals_loose"]),
+            yearless=_flags(features["yearless_date"]),
             first_pole_only=first,
             second_pole_only=second,
             value_tokens=_TokenLists.of(features["value_tokens"]),
@@ -970,7 +1040,9 @@ def _rule_masks(
     same_claim = both_claims & (subject_o == subject_n) & (m.relation[older] == m.relation[newer])
     neg_o, neg_n = m.negated[older], m.negated[newer]
     both_changed = m.change[older] & m.change[newer]
-    open_ = known & ~(m.pronoun[older] | m.pronoun[newer] | (both_claims & ~same_claim) | (neg_o & neg_n) | both_changed)
+    open_ = known & ~(
+        m.pronoun[older] | m.pronoun[newer] | (both_claims & ~same_claim) | (neg_o & neg_n) | both_changed
+    )
     compatible = _values_compatible_mask(m, older, newer, same_claim)
     unnegated = ~neg_o & ~neg_n
     key_o = m.quantity_key[older]
@@ -988,7 +1060,9 @@ def _rule_masks(
         polar=polar,
         value_swap=open_ & same_claim & ~compatible & m.single_valued[newer] & unnegated & ~same_quantity_key,
         numeric=quantity_open & (m.numbers[older] != m.numbers[newer]),
-        temporal=quantity_open & (m.temporals[older] != m.temporals[newer]),
+        temporal=quantity_open
+        & (m.temporals[older] != m.temporals[newer])
+        & ~((m.temporals_loose[older] == m.temporals_loose[newer]) & (m.yearless[older] | m.yearless[newer])),
         explicit=explicit,
     )
 
@@ -1040,7 +1114,13 @@ def _reasons(rule: str, f: pa.Table, older: np.ndarray, newer: np.ndarray, m: _M
         return _join("polar: '", older_label, "' vs '", newer_label, "'")
     if rule == "value_swap":
         return _join(
-            "value swap: ", take("claim_label", newer), " '", take("value", older), "' vs '", take("value", newer), "'"
+            "value swap: ",
+            take("claim_label", newer),
+            " '",
+            take("value", older),
+            "' vs '",
+            take("value", newer),
+            "'",
         )
     if rule in ("numeric", "temporal"):
         text = "numbers_text" if rule == "numeric" else "temporals_text"
@@ -1063,7 +1143,9 @@ def detect(pairs: pa.Table, features: pa.Table, rules: RuleBook) -> pa.Table:
     newer, older = np.where(right_newer, right, left), np.where(right_newer, left, right)
     known = (left < m.size) & (right < m.size)
     explicit = (
-        _flags(pairs["explicit"])[:-1] if "explicit" in pairs.column_names else np.zeros(len(left), dtype=bool)
+        _flags(pairs["explicit"])[:-1]
+        if "explicit" in pairs.column_names
+        else np.zeros(len(left), dtype=bool)
     )
     winner = _first_rule(_rule_masks(m, older, newer, known, explicit))
     fired = np.flatnonzero(winner >= 0)
@@ -1075,8 +1157,12 @@ def detect(pairs: pa.Table, features: pa.Table, rules: RuleBook) -> pa.Table:
             reason_parts.append(_reasons(rule, features, older[rows], newer[rows], m, rules))
             rule_parts.append(pa.array([rule] * len(rows), pa.string()))
     back = np.argsort(order, kind="stable")  # grouped-by-rule position -> pair order
-    reasons = pa.concat_arrays(reason_parts).take(pa.array(back)) if reason_parts else pa.array([], pa.string())
-    rules_fired = pa.concat_arrays(rule_parts).take(pa.array(back)) if rule_parts else pa.array([], pa.string())
+    reasons = (
+        pa.concat_arrays(reason_parts).take(pa.array(back)) if reason_parts else pa.array([], pa.string())
+    )
+    rules_fired = (
+        pa.concat_arrays(rule_parts).take(pa.array(back)) if rule_parts else pa.array([], pa.string())
+    )
     chosen = pairs.take(pa.array(fired))
     newer_id = pc.if_else(pa.array(right_newer[fired]), chosen["right_id"], chosen["left_id"])
     older_id = pc.if_else(pa.array(right_newer[fired]), chosen["left_id"], chosen["right_id"])
@@ -1107,8 +1193,21 @@ def structural_candidates(
     times = ", a.created_at AS left_created_at, b.created_at AS right_created_at" if has_time else ""
     con = duckdb.connect()
     try:
-        con.register("features", features.select(["id", "subject", "relation", "value", "negated",
-                                                  "pronoun_subject", "single_valued", "quantity_key"]))
+        con.register(
+            "features",
+            features.select(
+                [
+                    "id",
+                    "subject",
+                    "relation",
+                    "value",
+                    "negated",
+                    "pronoun_subject",
+                    "single_valued",
+                    "quantity_key",
+                ]
+            ),
+        )
         con.register("namespaces", namespaces)
         return con.sql(
             f"""

@@ -68,7 +68,11 @@ def _quoted(text: str) -> str:
 
 def _has_any_tag(tags: list[str]) -> str:
     """SQL: the JSON tags array holds one of `tags` (a quoted element is a whole tag; no parsing needed)."""
-    return "(" + " OR ".join(f"contains(tags, {_quoted(json.dumps(t))})" for t in tags) + ")" if tags else "FALSE"
+    return (
+        "(" + " OR ".join(f"contains(tags, {_quoted(json.dumps(t))})" for t in tags) + ")"
+        if tags
+        else "FALSE"
+    )
 
 
 def _word_regex(words: list[str]) -> str:
@@ -78,10 +82,13 @@ def _word_regex(words: list[str]) -> str:
 
 def _engram_sql(cfg: DecayConfig) -> str:
     p = cfg.engram
-    cues = " + ".join(
-        f"CASE WHEN regexp_matches(content, {_word_regex(rule.words)}) THEN {_f(rule.weight)} ELSE 0.0 END"
-        for rule in p.cues
-    ) or "0.0"
+    cues = (
+        " + ".join(
+            f"CASE WHEN regexp_matches(content, {_word_regex(rule.words)}) THEN {_f(rule.weight)} ELSE 0.0 END"
+            for rule in p.cues
+        )
+        or "0.0"
+    )
     tag_cue = f"CASE WHEN {_has_any_tag(p.cue_tags)} THEN {_f(p.cue_tag_weight)} ELSE 0.0 END"
     raw = (
         f"({_f(p.base)} + least({_f(p.access_boost_cap)}, {_f(p.access_boost_per_log2)} * log2(access_count + 1)) "
@@ -110,9 +117,7 @@ def _ebbinghaus_lambda_sql(cfg: DecayConfig) -> str:
 
 def _ebbinghaus_sql(cfg: DecayConfig) -> str:
     p = cfg.ebbinghaus
-    bonus = (
-        f"CASE WHEN access_count > 0 THEN 1.0 + log10(access_count + 1) * {_f(p.repetition_boost - 1)} ELSE 1.0 END"
-    )
+    bonus = f"CASE WHEN access_count > 0 THEN 1.0 + log10(access_count + 1) * {_f(p.repetition_boost - 1)} ELSE 1.0 END"
     raw = f"greatest(importance * exp(-lam * age_created_days) * ({bonus}), importance * {_f(p.floor_multiplier)})"
     return f"least(1.0, {raw})"
 
@@ -123,7 +128,9 @@ def _policy_case(cfg: DecayConfig) -> tuple[str, str]:
     if not cfg.kind_policy:
         return f"'{cfg.policy}'", scores[cfg.policy]
     name_cases = " ".join(f"WHEN kind = {_quoted(k)} THEN '{v}'" for k, v in sorted(cfg.kind_policy.items()))
-    score_cases = " ".join(f"WHEN kind = {_quoted(k)} THEN {scores[v]}" for k, v in sorted(cfg.kind_policy.items()))
+    score_cases = " ".join(
+        f"WHEN kind = {_quoted(k)} THEN {scores[v]}" for k, v in sorted(cfg.kind_policy.items())
+    )
     return (
         f"CASE {name_cases} ELSE '{cfg.policy}' END",
         f"CASE {score_cases} ELSE {scores[cfg.policy]} END",

@@ -41,62 +41,141 @@ class MergeResult:
         }
 
 
-def _intents(clusters: list[Cluster], memories_tags: dict[str, list[str]], *, source: str, review_class: str,
-             at: dt.datetime, annotate: bool, label: str) -> pa.Table:
+def _intents(
+    clusters: list[Cluster],
+    memories_tags: dict[str, list[str]],
+    *,
+    source: str,
+    review_class: str,
+    at: dt.datetime,
+    annotate: bool,
+    label: str,
+) -> pa.Table:
     rows: list[dict[str, Any]] = []
     when = format_timestamp(at)
     for cluster in clusters:
-        base = {"namespace": cluster.namespace, "source": source, "review_class": review_class,
-                "cluster_id": cluster.cluster_id}
+        base = {
+            "namespace": cluster.namespace,
+            "source": source,
+            "review_class": review_class,
+            "cluster_id": cluster.cluster_id,
+        }
         for loser, score in cluster.losers:
-            evidence = {"rule": label, "score": round(score, 6), "cluster_id": cluster.cluster_id,
-                        "canonical": cluster.canonical}
+            evidence = {
+                "rule": label,
+                "score": round(score, 6),
+                "cluster_id": cluster.cluster_id,
+                "canonical": cluster.canonical,
+            }
             reason = f"{label} of {cluster.canonical} (cosine {score:.3f})"
-            rows.append({**base, "target_id": loser, "op": "supersede", "params": {"by": cluster.canonical},
-                         "reason": reason, "evidence": evidence})
-            rows.append({**base, "target_kind": "link", "target_id": f"{loser}|{cluster.canonical}|duplicate-of",
-                         "op": "upsert_link", "reason": reason, "evidence": evidence,
-                         "params": {"src_id": loser, "dst_id": cluster.canonical, "kind": "duplicate-of",
-                                    "weight": round(score, 6), "origin": source}})
+            rows.append(
+                {
+                    **base,
+                    "target_id": loser,
+                    "op": "supersede",
+                    "params": {"by": cluster.canonical},
+                    "reason": reason,
+                    "evidence": evidence,
+                }
+            )
+            rows.append(
+                {
+                    **base,
+                    "target_kind": "link",
+                    "target_id": f"{loser}|{cluster.canonical}|duplicate-of",
+                    "op": "upsert_link",
+                    "reason": reason,
+                    "evidence": evidence,
+                    "params": {
+                        "src_id": loser,
+                        "dst_id": cluster.canonical,
+                        "kind": "duplicate-of",
+                        "weight": round(score, 6),
+                        "origin": source,
+                    },
+                }
+            )
         if cluster.tag_union != memories_tags[cluster.canonical]:
-            rows.append({**base, "target_id": cluster.canonical, "op": "union_tags",
-                         "params": {"tags": cluster.tag_union}, "reason": f"tag union of {cluster.cluster_id}",
-                         "evidence": {"rule": label, "cluster_id": cluster.cluster_id}})
+            rows.append(
+                {
+                    **base,
+                    "target_id": cluster.canonical,
+                    "op": "union_tags",
+                    "params": {"tags": cluster.tag_union},
+                    "reason": f"tag union of {cluster.cluster_id}",
+                    "evidence": {"rule": label, "cluster_id": cluster.cluster_id},
+                }
+            )
         if annotate:
             matches = [{"id": loser, "score": round(score, 6), "at": when} for loser, score in cluster.losers]
-            rows.append({**base, "target_id": cluster.canonical, "op": "annotate_duplicates",
-                         "params": {"matches": matches}, "reason": f"absorbed {len(matches)} duplicates",
-                         "evidence": {"rule": label, "cluster_id": cluster.cluster_id}})
+            rows.append(
+                {
+                    **base,
+                    "target_id": cluster.canonical,
+                    "op": "annotate_duplicates",
+                    "params": {"matches": matches},
+                    "reason": f"absorbed {len(matches)} duplicates",
+                    "evidence": {"rule": label, "cluster_id": cluster.cluster_id},
+                }
+            )
     return intents_table(rows) if rows else INTENT_SCHEMA.empty_table()
 
 
 def _tags(memories: pa.Table) -> dict[str, list[str]]:
     import json
 
-    return {i: json.loads(t) for i, t in zip(memories["id"].to_pylist(), memories["tags"].to_pylist(), strict=True)}
+    return {
+        i: json.loads(t)
+        for i, t in zip(memories["id"].to_pylist(), memories["tags"].to_pylist(), strict=True)
+    }
 
 
 def collapse_duplicates(
-    pairs: pa.Table, memories: pa.Table, *, threshold: float, at: dt.datetime,
-    excluded_pairs: pa.Table | None = None, excluded_ids: frozenset[str] = frozenset(),
+    pairs: pa.Table,
+    memories: pa.Table,
+    *,
+    threshold: float,
+    at: dt.datetime,
+    excluded_pairs: pa.Table | None = None,
+    excluded_ids: frozenset[str] = frozenset(),
 ) -> MergeResult:
     """Pairs at or above the duplicate threshold (and exact-content twins) collapse into their canonical."""
     band = band_pairs(pairs, memories, threshold, None, excluded_pairs=excluded_pairs)
     clusters = star_clusters(band, memories, prefix="dup", excluded_ids=set(excluded_ids))
-    intents = _intents(clusters, _tags(memories), source="duplicates", review_class="auto", at=at,
-                       annotate=True, label="duplicate")
+    intents = _intents(
+        clusters,
+        _tags(memories),
+        source="duplicates",
+        review_class="auto",
+        at=at,
+        annotate=True,
+        label="duplicate",
+    )
     return MergeResult(scanned=_scanned(band), clusters=clusters, intents=intents)
 
 
 def consolidate(
-    pairs: pa.Table, memories: pa.Table, *, low: float, high: float, at: dt.datetime,
-    excluded_pairs: pa.Table | None = None, excluded_ids: frozenset[str] = frozenset(),
+    pairs: pa.Table,
+    memories: pa.Table,
+    *,
+    low: float,
+    high: float,
+    at: dt.datetime,
+    excluded_pairs: pa.Table | None = None,
+    excluded_ids: frozenset[str] = frozenset(),
 ) -> MergeResult:
     """Near-duplicates in [low, high) merge into their canonical; review-gated."""
     band = band_pairs(pairs, memories, low, high, excluded_pairs=excluded_pairs)
     clusters = star_clusters(band, memories, prefix="merge", excluded_ids=set(excluded_ids))
-    intents = _intents(clusters, _tags(memories), source="consolidation", review_class="gated", at=at,
-                       annotate=False, label="near-duplicate")
+    intents = _intents(
+        clusters,
+        _tags(memories),
+        source="consolidation",
+        review_class="gated",
+        at=at,
+        annotate=False,
+        label="near-duplicate",
+    )
     return MergeResult(scanned=_scanned(band), clusters=clusters, intents=intents)
 
 

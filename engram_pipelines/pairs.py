@@ -33,23 +33,33 @@ def vector_pairs(
     if vectors.num_rows == 0:
         return PAIR_SCHEMA.empty_table(), {}
     keys = pc.binary_join_element_wise(vectors["namespace"], vectors["model"], "\x1f")
-    codes = pc.dictionary_encode(keys).combine_chunks().indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    codes = (
+        pc.dictionary_encode(keys).combine_chunks().indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    )
     dim = vectors.schema.field("vector").type.list_size
     matrix = vectors["vector"].combine_chunks().values.to_numpy(zero_copy_only=False).reshape(-1, dim)
-    found = similar_pairs(np.ascontiguousarray(matrix, dtype=np.float32), codes, threshold,
-                          exact_cutoff=exact_cutoff, progress=progress)
+    found = similar_pairs(
+        np.ascontiguousarray(matrix, dtype=np.float32),
+        codes,
+        threshold,
+        exact_cutoff=exact_cutoff,
+        progress=progress,
+    )
     ids = vectors["id"].combine_chunks()
     left = ids.take(pa.array(found.left)).to_numpy(zero_copy_only=False)
     right = ids.take(pa.array(found.right)).to_numpy(zero_copy_only=False)
     swap = left > right
     left, right = np.where(swap, right, left), np.where(swap, left, right)
-    table = pa.table({
-        "namespace": vectors["namespace"].combine_chunks().take(pa.array(found.left)),
-        "left_id": pa.array(left, pa.string()),
-        "right_id": pa.array(right, pa.string()),
-        "score": pa.array(found.score.astype(np.float64)),
-        "exact_content": pa.array(np.zeros(len(left), dtype=bool)),
-    }, schema=PAIR_SCHEMA)
+    table = pa.table(
+        {
+            "namespace": vectors["namespace"].combine_chunks().take(pa.array(found.left)),
+            "left_id": pa.array(left, pa.string()),
+            "right_id": pa.array(right, pa.string()),
+            "score": pa.array(found.score.astype(np.float64)),
+            "exact_content": pa.array(np.zeros(len(left), dtype=bool)),
+        },
+        schema=PAIR_SCHEMA,
+    )
     methods: dict[str, int] = {}
     sizes = np.bincount(codes)
     for code, method in found.method_by_group.items():
@@ -65,10 +75,25 @@ def exact_content_pairs(memories: pa.Table) -> pa.Table:
     may touch take part: active, not superseded, not excluded from comparison.
     """
     con = duckdb.connect()
-    con.register("m", memories.select(["id", "namespace", "kind", "content", "metadata", "importance",
-                                       "created_at", "zone", "superseded_by"]))
-    return con.sql(
-        """
+    con.register(
+        "m",
+        memories.select(
+            [
+                "id",
+                "namespace",
+                "kind",
+                "content",
+                "metadata",
+                "importance",
+                "created_at",
+                "zone",
+                "superseded_by",
+            ]
+        ),
+    )
+    return (
+        con.sql(
+            """
         WITH live AS (
             SELECT id, namespace, kind, content,
                 row_number() OVER (PARTITION BY namespace, kind, content
@@ -82,7 +107,10 @@ def exact_content_pairs(memories: pa.Table) -> pa.Table:
         FROM live l JOIN live h ON h.namespace = l.namespace AND h.kind = l.kind AND h.content = l.content
             AND h.rank = 1 AND l.rank > 1
         """
-    ).to_arrow_table().cast(PAIR_SCHEMA)
+        )
+        .to_arrow_table()
+        .cast(PAIR_SCHEMA)
+    )
 
 
 def merged_pairs(vector_pairs_table: pa.Table, exact: pa.Table) -> pa.Table:
@@ -90,10 +118,14 @@ def merged_pairs(vector_pairs_table: pa.Table, exact: pa.Table) -> pa.Table:
     con = duckdb.connect()
     con.register("v", vector_pairs_table)
     con.register("e", exact)
-    return con.sql(
-        """
+    return (
+        con.sql(
+            """
         SELECT namespace, left_id, right_id, max(score) AS score, bool_or(exact_content) AS exact_content
         FROM (SELECT * FROM v UNION ALL SELECT * FROM e)
         GROUP BY namespace, left_id, right_id ORDER BY namespace, left_id, right_id
         """
-    ).to_arrow_table().cast(PAIR_SCHEMA)
+        )
+        .to_arrow_table()
+        .cast(PAIR_SCHEMA)
+    )

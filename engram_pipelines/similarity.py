@@ -439,8 +439,9 @@ def _calibrate(
     for sample_size in _CALIBRATION_ROWS:
         sample = rows[np.sort(rng.choice(size, min(size, sample_size), replace=False))]
         source_row, needs = _probes_needed(matrix, rows, sample, centroids, t32)
-        if len(needs) >= _MIN_CALIBRATION_PAIRS or sample_size >= size:
-            break
+        biggest_sample_pairs = len(needs) * min(size, _CALIBRATION_ROWS[-1]) / len(sample)
+        if len(needs) >= _MIN_CALIBRATION_PAIRS or biggest_sample_pairs < _MIN_CALIBRATION_PAIRS:
+            break  # enough pairs, or so few that no affordable sample would have enough
     sample_sims = matrix[sample] @ centroids.T
     cells = len(centroids)
     chosen = _smallest_sufficient_nprobe(source_row, needs, recall_target, cells)

@@ -70,7 +70,12 @@ class Agent:
 
 
 def run_with_agents(
-    url: str, row_ids: list[str], action: Callable[[], Any], *, writers: int = 4, pause: float = 0.0,
+    url: str,
+    row_ids: list[str],
+    action: Callable[[], Any],
+    *,
+    writers: int = 4,
+    pause: float = 0.0,
     warmup: float = 0.2,
 ) -> tuple[list[Agent], Any]:
     """Run `action` while `writers` agents edit the store; returns the agents (what they did) and its result."""

@@ -44,8 +44,13 @@ class VectorStats:
     models: dict[str, int] | None = None
 
     def as_dict(self) -> dict[str, object]:
-        return {"stored": self.stored, "cached": self.cached, "embedded": self.embedded,
-                "excluded": self.excluded, "models": self.models or {}}
+        return {
+            "stored": self.stored,
+            "cached": self.cached,
+            "embedded": self.embedded,
+            "excluded": self.excluded,
+            "models": self.models or {},
+        }
 
 
 class EmbeddingCache:
@@ -75,10 +80,14 @@ class EmbeddingCache:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256("".join(sorted(shas)).encode()).hexdigest()[:16]
-        table = pa.table({
-            "sha": pa.array(shas, pa.string()),
-            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(np.float32).reshape(-1)), self.dim),
-        })
+        table = pa.table(
+            {
+                "sha": pa.array(shas, pa.string()),
+                "vector": pa.FixedSizeListArray.from_arrays(
+                    pa.array(vectors.astype(np.float32).reshape(-1)), self.dim
+                ),
+            }
+        )
         path = self.directory / f"part-{digest}.parquet"
         pq.write_table(table, path.with_suffix(".tmp"), compression="zstd")
         path.with_suffix(".tmp").rename(path)
@@ -95,8 +104,12 @@ def partition_vectors(
 ) -> tuple[pa.Table, VectorStats]:
     """(id, namespace, model, source, vector) for every comparable memory of the snapshot, and counts."""
     con = duckdb.connect()
-    con.register("m", memories.select(["id", "namespace", "content", "metadata", "embedding", "embedding_model",
-                                        "embedded_content_sha"]))
+    con.register(
+        "m",
+        memories.select(
+            ["id", "namespace", "content", "metadata", "embedding", "embedding_model", "embedded_content_sha"]
+        ),
+    )
     rows = con.sql(
         """
         SELECT id, namespace, content, embedding, embedding_model, embedded_content_sha,
@@ -111,7 +124,9 @@ def partition_vectors(
     stored_sha = rows["embedded_content_sha"].to_pylist()
     has_vector = rows["embedding"].is_valid().to_numpy(zero_copy_only=False)
     # A vector is current unless we know the content changed after it was embedded.
-    current = has_vector & np.array([s is None or s == c for s, c in zip(stored_sha, shas, strict=True)], bool)
+    current = has_vector & np.array(
+        [s is None or s == c for s, c in zip(stored_sha, shas, strict=True)], bool
+    )
     dim = embedder.dim
     parts: list[pa.Table] = []
     if current.any():
@@ -119,25 +134,43 @@ def partition_vectors(
         stored_dim = kept.schema.field("embedding").type.list_size
         same_dim = stored_dim == dim
         if same_dim:
-            parts.append(pa.table({
-                "id": kept["id"], "namespace": kept["namespace"], "model": kept["embedding_model"],
-                "source": pa.array(["stored"] * kept.num_rows, pa.string()), "vector": kept["embedding"],
-            }).cast(vector_schema(dim)))
+            parts.append(
+                pa.table(
+                    {
+                        "id": kept["id"],
+                        "namespace": kept["namespace"],
+                        "model": kept["embedding_model"],
+                        "source": pa.array(["stored"] * kept.num_rows, pa.string()),
+                        "vector": kept["embedding"],
+                    }
+                ).cast(vector_schema(dim))
+            )
             stats.stored = kept.num_rows
         else:
             current[:] = False  # vectors of another size are re-embedded with the configured model
     todo = np.flatnonzero(~current)
     if todo.size:
-        parts.append(_embed_missing(rows.take(pa.array(todo)), [shas[i] for i in todo], embedder,
-                                    warehouse_root, stats, progress))
+        parts.append(
+            _embed_missing(
+                rows.take(pa.array(todo)), [shas[i] for i in todo], embedder, warehouse_root, stats, progress
+            )
+        )
     table = pa.concat_tables(parts) if parts else vector_schema(dim).empty_table()
-    stats.models = {str(k["values"]): int(k["counts"]) for k in pc.value_counts(table["model"]).to_pylist()} \
-        if table.num_rows else {}
+    stats.models = (
+        {str(k["values"]): int(k["counts"]) for k in pc.value_counts(table["model"]).to_pylist()}
+        if table.num_rows
+        else {}
+    )
     return table, stats
 
 
 def _embed_missing(
-    rows: pa.Table, shas: list[str], embedder: Embedder, root: Path, stats: VectorStats, progress: Progress | None
+    rows: pa.Table,
+    shas: list[str],
+    embedder: Embedder,
+    root: Path,
+    stats: VectorStats,
+    progress: Progress | None,
 ) -> pa.Table:
     cache = EmbeddingCache(root, embedder.name, embedder.dim)
     unique = sorted(set(shas))
@@ -152,10 +185,12 @@ def _embed_missing(
     stats.cached += len(shas) - sum(1 for s in shas if s in set(missing))
     matrix = np.stack([known[s] for s in shas]).astype(np.float32)
     missing_set = set(missing)
-    return pa.table({
-        "id": rows["id"],
-        "namespace": rows["namespace"],
-        "model": pa.array([embedder.name] * rows.num_rows, pa.string()),
-        "source": pa.array(["embedded" if s in missing_set else "cached" for s in shas], pa.string()),
-        "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), embedder.dim),
-    }).cast(vector_schema(embedder.dim))
+    return pa.table(
+        {
+            "id": rows["id"],
+            "namespace": rows["namespace"],
+            "model": pa.array([embedder.name] * rows.num_rows, pa.string()),
+            "source": pa.array(["embedded" if s in missing_set else "cached" for s in shas], pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), embedder.dim),
+        }
+    ).cast(vector_schema(embedder.dim))

@@ -29,6 +29,7 @@ PARTITIONED_TABLES = (
     "decay_scores",
     "promotions",
     "retention",
+    "embeddings",
     "similarity_pairs",
     "duplicates",
     "consolidation",

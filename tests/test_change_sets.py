@@ -257,9 +257,13 @@ HIDING_INTENTS = [
 ]
 
 
-@pytest.mark.parametrize(("op", "params", "row"), HIDING_INTENTS, ids=[f"{o}-{i}" for i, (o, _, _) in enumerate(HIDING_INTENTS)])
+@pytest.mark.parametrize(
+    ("op", "params", "row"), HIDING_INTENTS, ids=[f"{o}-{i}" for i, (o, _, _) in enumerate(HIDING_INTENTS)]
+)
 @pytest.mark.parametrize("protection", ["pinned", "block"])
-def test_every_op_that_hides_or_deletes_spares_pinned_rows_and_blocks(store, warehouse, op, params, row, protection):
+def test_every_op_that_hides_or_deletes_spares_pinned_rows_and_blocks(
+    store, warehouse, op, params, row, protection
+):
     protect = {"pinned": True} if protection == "pinned" else {"kind": "block"}
     store.insert_memories([memory(1, **row, **protect), memory(2)])
     before = store.get("m1")

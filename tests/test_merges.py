@@ -23,14 +23,19 @@ def at_angle(degrees: float, dim: int = 4) -> list[float]:
 
 def pairs_of(rows: list[tuple[str, str, float]], namespace: str = "ns1") -> pa.Table:
     return pa.Table.from_pylist(
-        [{"namespace": namespace, "left_id": a, "right_id": b, "score": s, "exact_content": False} for a, b, s in rows],
+        [
+            {"namespace": namespace, "left_id": a, "right_id": b, "score": s, "exact_content": False}
+            for a, b, s in rows
+        ],
         schema=PAIR_SCHEMA,
     )
 
 
 def clusters_for(memories, pairs, low=0.85, high=0.97):
-    return {c.canonical: [loser for loser, _ in c.losers]
-            for c in star_clusters(band_pairs(pairs, memories, low, high), memories, prefix="t")}
+    return {
+        c.canonical: [loser for loser, _ in c.losers]
+        for c in star_clusters(band_pairs(pairs, memories, low, high), memories, prefix="t")
+    }
 
 
 def test_a_chain_is_never_one_cluster_whoever_is_canonical():
@@ -41,9 +46,15 @@ def test_a_chain_is_never_one_cluster_whoever_is_canonical():
         members = [{c, *losers} for c, losers in got.items()]
         assert not any({"m0", "m2"} <= m for m in members)
     vectors = snapshot([{"embedding": at_angle(0)}, {"embedding": at_angle(25)}, {"embedding": at_angle(50)}])
-    table = pa.table({"id": vectors["id"], "namespace": vectors["namespace"],
-                      "model": pa.array(["t"] * 3), "source": pa.array(["stored"] * 3),
-                      "vector": vectors["embedding"]}).cast(vector_schema(4))
+    table = pa.table(
+        {
+            "id": vectors["id"],
+            "namespace": vectors["namespace"],
+            "model": pa.array(["t"] * 3),
+            "source": pa.array(["stored"] * 3),
+            "vector": vectors["embedding"],
+        }
+    ).cast(vector_schema(4))
     found, _ = vector_pairs(table, 0.8, exact_cutoff=100)
     assert [(r["left_id"], r["right_id"]) for r in found.to_pylist()] == [("m0", "m1"), ("m1", "m2")]
 
@@ -52,17 +63,22 @@ def test_band_edges_low_in_high_out():
     memories = snapshot([{}, {}, {}, {}])
     pairs = pairs_of([("m0", "m1", 0.85), ("m2", "m3", 0.97)])
     assert clusters_for(memories, pairs) == {"m0": ["m1"]} or clusters_for(memories, pairs) == {"m1": ["m0"]}
-    assert {c: l for c, l in clusters_for(memories, pairs, 0.97, None).items()} in ({"m2": ["m3"]}, {"m3": ["m2"]})
+    assert {c: l for c, l in clusters_for(memories, pairs, 0.97, None).items()} in (
+        {"m2": ["m3"]},
+        {"m3": ["m2"]},
+    )
     assert clusters_for(memories, pairs_of([("m0", "m1", 0.8499)])) == {}
 
 
 def test_canonical_tie_breaks():
     same_day = days_ago(3)
-    memories = snapshot([
-        {"importance": 0.6, "created_at": days_ago(1)},
-        {"importance": 0.9, "created_at": days_ago(9)},  # highest importance wins
-        {"importance": 0.6, "created_at": same_day},
-    ])
+    memories = snapshot(
+        [
+            {"importance": 0.6, "created_at": days_ago(1)},
+            {"importance": 0.9, "created_at": days_ago(9)},  # highest importance wins
+            {"importance": 0.6, "created_at": same_day},
+        ]
+    )
     full = pairs_of([("m0", "m1", 0.9), ("m0", "m2", 0.9), ("m1", "m2", 0.9)])
     assert clusters_for(memories, full) == {"m1": ["m0", "m2"]}
     memories = snapshot([{"created_at": days_ago(5)}, {"created_at": days_ago(2)}])  # most recent wins
@@ -72,23 +88,26 @@ def test_canonical_tie_breaks():
 
 
 def test_exclusions():
-    memories = snapshot([
-        {"importance": 0.9},
-        {"pinned": True},  # never a loser
-        {"superseded_by": "m0"},
-        {"kind": "semantic"},
-        {"metadata": {"contradictionWith": ["m0"]}},
-        {"content": "standup is at 9am"},
-        {"content": "standup is at 10am", "importance": 0.8},
-        {"zone": "archived"},
-        {"kind": "block"},
-    ])
+    memories = snapshot(
+        [
+            {"importance": 0.9},
+            {"pinned": True},  # never a loser
+            {"superseded_by": "m0"},
+            {"kind": "semantic"},
+            {"metadata": {"contradictionWith": ["m0"]}},
+            {"content": "standup is at 9am"},
+            {"content": "standup is at 10am", "importance": 0.8},
+            {"zone": "archived"},
+            {"kind": "block"},
+        ]
+    )
     pairs = pairs_of([("m0", f"m{i}", 0.9) for i in (1, 2, 3, 4, 7, 8)] + [("m5", "m6", 0.95)])
     assert clusters_for(memories, pairs) == {}
     excluded = pairs_of([("m0", "m9", 0.9)]).select(["left_id", "right_id"])
     memories = snapshot([{"importance": 0.9}, {}, {}, {}, {}, {}, {}, {}, {}, {}])
-    kept = band_pairs(pairs_of([("m0", "m9", 0.9), ("m0", "m1", 0.9)]), memories, 0.85, 0.97,
-                      excluded_pairs=excluded)
+    kept = band_pairs(
+        pairs_of([("m0", "m9", 0.9), ("m0", "m1", 0.9)]), memories, 0.85, 0.97, excluded_pairs=excluded
+    )
     assert kept["right_id"].to_pylist() == ["m1"]
 
 
@@ -100,13 +119,15 @@ def test_a_pinned_row_is_canonical_only_where_the_rule_elects_it():
 
 
 def test_collapse_annotates_and_consolidation_unions_tags():
-    memories = snapshot([
-        {"importance": 0.9, "tags": ["a"]},
-        {"tags": ["b", "a"]},
-        {"tags": ["c"]},
-        {"content": "same words", "importance": 0.2},
-        {"content": "same words", "importance": 0.7},
-    ])
+    memories = snapshot(
+        [
+            {"importance": 0.9, "tags": ["a"], "content": "one"},
+            {"tags": ["b", "a"], "content": "two"},
+            {"tags": ["c"], "content": "three"},
+            {"content": "same words", "importance": 0.2},
+            {"content": "same words", "importance": 0.7},
+        ]
+    )
     pairs = pairs_of([("m0", "m1", 0.98), ("m0", "m2", 0.9), ("m1", "m2", 0.9)])
     dup = collapse_duplicates(
         pa.concat_tables([pairs, exact_content_pairs(memories)]), memories, threshold=0.97, at=AS_OF
@@ -120,11 +141,38 @@ def test_collapse_annotates_and_consolidation_unions_tags():
     assert union["params"] == '{"tags":["a","c"]}' and union["review_class"] == "gated"
 
 
+def test_clusters_settle_in_one_run():
+    # 0 is canonical of 1 (complete linkage keeps 2 out: 1 !~ 2); 2 then survives in the band to 0.
+    memories = snapshot([{"importance": 0.9}, {"importance": 0.8}, {"importance": 0.7}, {"importance": 0.6}])
+    pairs = pairs_of([("m0", "m1", 0.9), ("m0", "m2", 0.9), ("m2", "m3", 0.9)])
+    first = star_clusters(band_pairs(pairs, memories, 0.85, 0.97), memories, prefix="t")
+    assert [(c.canonical, [x for x, _ in c.losers]) for c in first] == [
+        ("m0", ["m1"]),  # first pass: 2 is not in the band to 1
+        ("m2", ["m3"]),
+        ("m0", ["m2"]),  # settled: 2 survived in the band to 0, so it goes too (as a second run would)
+    ]
+    pairs = pairs_of([("m0", "m1", 0.9), ("m0", "m2", 0.9), ("m1", "m3", 0.9), ("m2", "m3", 0.9)])
+    found = star_clusters(band_pairs(pairs, memories, 0.85, 0.97), memories, prefix="t")
+    losers = {x for c in found for x, _ in c.losers}
+    survivors = {"m0", "m1", "m2", "m3"} - losers
+    remaining = [p for p in pairs.to_pylist() if p["left_id"] in survivors and p["right_id"] in survivors]
+    assert remaining == [], "a second pass over the survivors must find nothing"
+
+
 def test_cross_namespace_twins_never_pair():
     twin = at_angle(10)
-    rows = snapshot([{"embedding": twin}, {"embedding": twin, "namespace": "ns2"}, {"embedding": at_angle(12)}])
-    table = pa.table({"id": rows["id"], "namespace": rows["namespace"], "model": pa.array(["t"] * 3),
-                      "source": pa.array(["stored"] * 3), "vector": rows["embedding"]}).cast(vector_schema(4))
+    rows = snapshot(
+        [{"embedding": twin}, {"embedding": twin, "namespace": "ns2"}, {"embedding": at_angle(12)}]
+    )
+    table = pa.table(
+        {
+            "id": rows["id"],
+            "namespace": rows["namespace"],
+            "model": pa.array(["t"] * 3),
+            "source": pa.array(["stored"] * 3),
+            "vector": rows["embedding"],
+        }
+    ).cast(vector_schema(4))
     found, _ = vector_pairs(table, 0.8, exact_cutoff=100)
     assert [(r["left_id"], r["right_id"]) for r in found.to_pylist()] == [("m0", "m2")]
     same = snapshot([{"content": "x"}, {"content": "x", "namespace": "ns2"}])
@@ -133,7 +181,14 @@ def test_cross_namespace_twins_never_pair():
 
 def test_vectors_of_two_models_are_never_compared():
     rows = snapshot([{"embedding": at_angle(0)}, {"embedding": at_angle(0)}])
-    table = pa.table({"id": rows["id"], "namespace": rows["namespace"], "model": pa.array(["a", "b"]),
-                      "source": pa.array(["stored"] * 2), "vector": rows["embedding"]}).cast(vector_schema(4))
+    table = pa.table(
+        {
+            "id": rows["id"],
+            "namespace": rows["namespace"],
+            "model": pa.array(["a", "b"]),
+            "source": pa.array(["stored"] * 2),
+            "vector": rows["embedding"],
+        }
+    ).cast(vector_schema(4))
     assert vector_pairs(table, 0.8, exact_cutoff=100)[0].num_rows == 0
     assert np.isclose(1.0, 1.0)

@@ -45,7 +45,7 @@ def test_nightly_applies_the_auto_transitions_then_a_second_run_emits_none(demo_
 
     second = execute_job("nightly", AS_OF, store=demo_store, warehouse=warehouse, config_path=None)
     assert second["success"]
-    assert second["steps"]["change_set"]["row_count"] == 0
+    assert second["steps"]["change_set"]["auto_changes"] == 0  # the gated set waits for review
     assert second["steps"]["applied_changes"]["total"] == 0
 
 

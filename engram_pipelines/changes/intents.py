@@ -75,7 +75,9 @@ def content_sha(content: str) -> str:
 
 def _hiding(intents: list[Intent]) -> set[str]:
     # Moving a row back to Active un-hides it: neither a pin nor a fresh access stands in its way.
-    return {i.op for i in intents if not (i.op == "move_zone" and i.params.get("to") == "active")} & HIDING_OPS
+    return {
+        i.op for i in intents if not (i.op == "move_zone" and i.params.get("to") == "active")
+    } & HIDING_OPS
 
 
 def hides(intents: list[Intent]) -> bool:

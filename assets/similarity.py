@@ -1,0 +1,209 @@
+"""Similarity: comparable vectors, similar pairs, duplicate collapse (auto) and consolidation (gated)."""
+
+import dagster as dg
+import pyarrow as pa
+
+from assets.metadata import sample_markdown, standard
+from assets.partitions import as_of_date, as_of_partitions
+from assets.resources import EngramConfigResource, WarehouseResource
+from engram_pipelines.clusters import CLUSTER_SCHEMA, clusters_table
+from engram_pipelines.embeddings import load_embedder
+from engram_pipelines.merges import collapse_duplicates, consolidate
+from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs, vector_pairs
+from engram_pipelines.progress import LogProgress
+from engram_pipelines.timestamps import end_of_day
+from engram_pipelines.vectors import partition_vectors, vector_schema
+
+_MERGE_COLUMNS = [
+    "id",
+    "namespace",
+    "kind",
+    "content",
+    "importance",
+    "created_at",
+    "pinned",
+    "zone",
+    "superseded_by",
+    "tags",
+    "metadata",
+]
+
+
+@dg.asset(
+    name="embeddings",
+    partitions_def=as_of_partitions,
+    deps=["memory_snapshot"],
+    group_name="analysis",
+    kinds={"parquet", "onnx"},
+    owners=["team:data-platform"],
+    description=(
+        "The partition's comparable vectors: a memory's stored vector where it is current (its "
+        "embedded_content_sha matches the content), else an embedding from the configured embedder "
+        "(embeddings.embedder; default all-MiniLM-L6-v2 int8, offline), cached in the warehouse by model and "
+        "content hash so only new or changed rows are ever embedded. Each vector keeps its model name; "
+        "vectors of two models are never compared. Rows marked embeddingExcluded are left out."
+    ),
+)
+def embeddings_asset(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config = engram_config.load()
+    as_of = as_of_date(context)
+    wh = warehouse.get()
+    memories = wh.read_table("memories", as_of)
+    embedder = load_embedder(config.embeddings.embedder)
+    table, stats = partition_vectors(memories, embedder, wh.root, progress=LogProgress(context.log))
+    wh.write_table("embeddings", as_of, table)
+    context.log.info(f"vectors: {stats.as_dict()}")
+    return dg.MaterializeResult(
+        metadata={
+            **standard(vector_schema(embedder.dim), table.num_rows),
+            "stored": stats.stored,
+            "embedded": stats.embedded,
+            "cached": stats.cached,
+            "excluded": stats.excluded,
+            "models": dg.MetadataValue.json(stats.models or {}),
+            "embedder": embedder.name,
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=as_of_partitions,
+    deps=["memory_snapshot", embeddings_asset],
+    group_name="analysis",
+    kinds={"parquet", "numpy"},
+    owners=["team:data-platform"],
+    description=(
+        "Every pair at or above the lowest configured threshold (similarity.association_threshold, 0.70 by "
+        "default) within one namespace and one embedding model, never across: exact blocked matrix products "
+        "for namespaces up to similarity.exact_cutoff rows, a k-means cell join tuned to recall >= 0.99 above "
+        "it (bench/similarity.py). Plus exact-content twins at score 1.0 (historical corpora never passed "
+        "write-time dedup). Columns: score is the cosine of the two rows' vectors."
+    ),
+)
+def similarity_pairs(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config = engram_config.load()
+    as_of = as_of_date(context)
+    wh = warehouse.get()
+    vectors = wh.read_table("embeddings", as_of)
+    found, methods = vector_pairs(
+        vectors,
+        config.similarity.lowest_threshold,
+        exact_cutoff=config.similarity.exact_cutoff,
+        progress=LogProgress(context.log),
+    )
+    memories = wh.read_table("memories", as_of, columns=_MERGE_COLUMNS)
+    pairs = merged_pairs(found, exact_content_pairs(memories))
+    wh.write_table("similarity_pairs", as_of, pairs)
+    return dg.MaterializeResult(
+        metadata={
+            **standard(PAIR_SCHEMA, pairs.num_rows),
+            "rows_by_method": dg.MetadataValue.json(methods),
+            "exact_content_pairs": int(pa.compute.sum(pairs["exact_content"]).as_py() or 0),
+            "threshold": config.similarity.lowest_threshold,
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=as_of_partitions,
+    deps=["memory_snapshot", similarity_pairs],
+    group_name="analysis",
+    kinds={"duckdb", "parquet"},
+    owners=["team:data-platform"],
+    description=(
+        "Duplicate collapse (seed 000's write-time dedup, after the fact): pairs at or above "
+        "similarity.duplicate_threshold (0.97, MEMORY_DUPLICATE_THRESHOLD) and exact-content twins collapse "
+        "into their canonical (highest importance, then most recent, then lowest id), which gets the tag union "
+        "and a duplicateMatches annotation; the rest are superseded with a duplicate-of link. Class auto. "
+        "Pairs whose numbers differ, of different kinds, or in a contradiction are never collapsed."
+    ),
+)
+def duplicates(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config = engram_config.load()
+    as_of = as_of_date(context)
+    wh = warehouse.get()
+    memories = wh.read_table("memories", as_of, columns=_MERGE_COLUMNS)
+    result = collapse_duplicates(
+        wh.read_table("similarity_pairs", as_of),
+        memories,
+        threshold=config.similarity.duplicate_threshold,
+        at=end_of_day(as_of),
+        excluded_pairs=_contradiction_pairs(wh, as_of),
+    )
+    table = clusters_table(result.clusters)
+    wh.write_table("duplicates", as_of, table)
+    wh.write_proposals("duplicates", as_of, result.intents)
+    summary = result.summary()
+    return dg.MaterializeResult(
+        metadata={
+            **standard(CLUSTER_SCHEMA, table.num_rows),
+            "scanned": summary["scanned"],
+            "clusters": summary["clusters"],
+            "merged": summary["merged"],
+            "transitions": result.intents.num_rows,
+            "sample": sample_markdown(table, ["cluster_id", "canonical", "loser", "score"]),
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=as_of_partitions,
+    deps=["memory_snapshot", similarity_pairs, duplicates],
+    group_name="analysis",
+    kinds={"duckdb", "parquet"},
+    owners=["team:data-platform"],
+    description=(
+        "Corpus consolidation (seeds 000, 002): near-duplicates in [similarity.merge_threshold, "
+        "similarity.duplicate_threshold) = [0.85, 0.97) grouped so that every loser is in the band to its "
+        "canonical and to every other loser (no single-link chains); canonical by importance, recency, id; tag "
+        "union onto it; losers superseded with a reason, the score and a duplicate-of link. Excluded: superseded "
+        "rows, rows in a contradiction, pinned rows and blocks as losers, different kinds, rows without a vector, "
+        "pairs whose numbers differ, rows the duplicate collapse already took. Class gated: nothing merges "
+        "before `engram-pipelines approve` and `apply`; `changes show ID --html` is the review page."
+    ),
+)
+def consolidation(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config = engram_config.load()
+    as_of = as_of_date(context)
+    wh = warehouse.get()
+    memories = wh.read_table("memories", as_of, columns=_MERGE_COLUMNS)
+    collapsed = frozenset(wh.read_table("duplicates", as_of)["loser"].to_pylist())
+    result = consolidate(
+        wh.read_table("similarity_pairs", as_of),
+        memories,
+        low=config.similarity.merge_threshold,
+        high=config.similarity.duplicate_threshold,
+        at=end_of_day(as_of),
+        excluded_pairs=_contradiction_pairs(wh, as_of),
+        excluded_ids=collapsed,
+    )
+    table = clusters_table(result.clusters)
+    wh.write_table("consolidation", as_of, table)
+    wh.write_proposals("consolidation", as_of, result.intents)
+    summary = result.summary()
+    return dg.MaterializeResult(
+        metadata={
+            **standard(CLUSTER_SCHEMA, table.num_rows),
+            "scanned": summary["scanned"],
+            "clusters": summary["clusters"],
+            "merged": summary["merged"],
+            "dry_run": True,
+            "transitions": result.intents.num_rows,
+            "sample": sample_markdown(table, ["cluster_id", "canonical", "loser", "score", "tag_union"]),
+        }
+    )
+
+
+def _contradiction_pairs(wh, as_of) -> pa.Table | None:
+    """Pairs the contradiction analysis found this run (a changed value is not a duplicate)."""
+    if not wh.has_table("contradictions", as_of):
+        return None
+    return wh.read_table("contradictions", as_of, columns=["left_id", "right_id"])

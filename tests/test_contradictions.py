@@ -1,0 +1,566 @@
+"""Contradiction rules (issue 6): every rule fires on its cases and stays quiet on its guards; the vectorised
+`detect` agrees with the one-pair reference; structural and explicit candidates; custom rule files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from engram_pipelines.contradictions import (
+    DEFAULT_RULES_PATH,
+    DETECT_COLUMNS,
+    detect,
+    explicit_candidates,
+    load_rules,
+    memory_features,
+    memory_row,
+    rule_for_pair,
+    structural_candidates,
+)
+
+RULES = load_rules()
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def pairs_of(rows: list[tuple[str, str]], times: dict[str, dt.datetime], **extra: list) -> pa.Table:
+    timestamp = pa.timestamp("us", tz="UTC")
+    return pa.table(
+        {
+            "left_id": pa.array([a for a, _ in rows], pa.string()),
+            "right_id": pa.array([b for _, b in rows], pa.string()),
+            "left_created_at": pa.array([times[a] for a, _ in rows], timestamp),
+            "right_created_at": pa.array([times[b] for _, b in rows], timestamp),
+            **extra,
+        }
+    )
+
+
+def verdict(older: str, newer: str, rules=RULES) -> tuple[str, str] | None:
+    """(rule, reason) for one pair through `detect`, checked against the one-pair reference."""
+    features = memory_features(["old", "new"], [older, newer], rules)
+    times = {"old": T0, "new": T0 + dt.timedelta(days=1)}
+    found = detect(pairs_of([("old", "new")], times), features, rules).to_pylist()
+    got = (found[0]["rule"], found[0]["reason"]) if found else None
+    reference = rule_for_pair(memory_row("old", older, rules), memory_row("new", newer, rules), rules)
+    assert got == reference, f"detect {got} but the reference says {reference}"
+    return got
+
+
+def rule_of(older: str, newer: str) -> str | None:
+    result = verdict(older, newer)
+    return result[0] if result else None
+
+
+# -- the issue's examples ---------------------------------------------------------------------------------------
+
+
+def test_the_issue_examples():
+    assert rule_of("I prefer vim", "I prefer vim with plugins") is None
+    assert verdict("my editor is emacs", "editor is vim") == (
+        "value_swap",
+        "value swap: editor 'emacs' vs 'vim'",
+    )
+    assert rule_of("this is fine", "this is terrible") is None
+    assert rule_of("I don't use vim", "I never use vim") is None
+    assert rule_of("The API uses OAuth2", "The API no longer uses OAuth2") in ("negation", "change")
+    assert rule_of("standup is at 9am", "standup is at 10am") == "temporal"
+    assert rule_of("the team has 5 people", "the team has 7 people") == "numeric"
+    assert rule_of("Alice lives in Paris", "Bob lives in Berlin") is None
+
+
+# -- 1. negation asymmetry ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("older", "newer", "reason"),
+    [
+        (
+            "The API uses OAuth2",
+            "The API no longer uses OAuth2",
+            "negation: only the newer row is negated ('no longer')",
+        ),
+        (
+            "The cache is enabled",
+            "The cache is not enabled",
+            "negation: only the newer row is negated ('not')",
+        ),
+        (
+            "Bob works at Acme",
+            "Bob doesn't work at Acme anymore",
+            "negation: only the newer row is negated ('doesn't')",
+        ),
+        (
+            "I never drink coffee",
+            "I drink coffee every morning",
+            "negation: only the older row is negated ('never')",
+        ),
+        (
+            "Deploys cannot run on Fridays",
+            "Deploys run on Fridays",
+            "negation: only the older row is negated ('cannot')",
+        ),
+    ],
+)
+def test_negation_fires_when_exactly_one_side_is_negated(older, newer, reason):
+    assert verdict(older, newer) == ("negation", reason)
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("I don't use vim", "I never use vim"),  # both negated
+        ("The API doesn't use SAML", "The API no longer uses OAuth2"),  # both negated, different values
+        ("It works", "It doesn't work"),  # pronoun subject
+        ("Alice lives in Berlin", "Alice doesn't live in Paris"),  # denies another value: consistent
+        ("Alice lives in Paris", "Bob doesn't live in Paris"),  # different subjects
+        ("Alice lives in Paris", "Alice doesn't work at Acme"),  # different relations
+    ],
+)
+def test_negation_guards(older, newer):
+    assert rule_of(older, newer) is None
+
+
+# -- 2. change indicator in the newer row only ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("older", "newer", "cue"),
+    [
+        ("I use vim", "I switched to emacs", "switched to"),
+        ("Alice lives in Paris", "Alice moved to Berlin", "moved to"),
+        ("We deploy with Jenkins", "We deploy with GitHub Actions now", "now"),
+        ("The build uses make", "The build uses bazel instead", "instead"),
+    ],
+)
+def test_change_fires_on_a_change_word_in_the_newer_row(older, newer, cue):
+    assert verdict(older, newer) == ("change", f"change: the newer row says '{cue}'")
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("I switched to emacs", "I use emacs"),  # the change word is in the older row only
+        ("I use vim", "I now use vim"),  # same value: a confirmation
+        ("I use vim", "I now use vim with plugins"),  # elaboration of the same value
+        ("I switched to vim", "I switched to emacs"),  # both sides with a change word
+        ("We now deploy on Fridays", "We now deploy on Mondays"),  # both sides with a change word
+        ("This is slow", "This is now fast"),  # pronoun subject
+    ],
+)
+def test_change_guards(older, newer):
+    assert rule_of(older, newer) is None
+
+
+# -- 3. polar opposites ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("older", "newer", "reason"),
+    [
+        ("I like vim", "I dislike vim", "polar: 'like' vs 'dislike'"),
+        ("Alice loves jazz", "Alice hates jazz", "polar: 'love' vs 'hate'"),
+        ("The feature flag is enabled", "The feature flag is disabled", "polar: 'enable' vs 'disable'"),
+        ("I prefer tabs", "I avoid tabs", "polar: 'prefer' vs 'avoid'"),
+        ("Bob agrees with the plan", "Bob disagrees with the plan", "polar: 'agree' vs 'disagree'"),
+        ("A woman is sitting on a bench", "A woman is standing", "polar: 'sit' vs 'stand'"),  # rest contained
+        ("I really like vim", "I dislike vim", "polar: 'like' vs 'dislike'"),
+    ],
+)
+def test_polar_fires_on_opposite_poles_about_the_same_thing(older, newer, reason):
+    assert verdict(older, newer) == ("polar", reason)
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("I like vim", "I dislike emacs"),  # opposite poles, different things
+        ("I like vim", "I like vim a lot"),  # same pole
+        ("It is enabled", "It is disabled"),  # pronoun subject
+        ("I don't like vim", "I don't dislike vim"),  # both negated
+    ],
+)
+def test_polar_guards(older, newer):
+    assert rule_of(older, newer) is None
+
+
+# -- 4. value swap ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("older", "newer", "reason"),
+    [
+        ("my editor is emacs", "editor is vim", "value swap: editor 'emacs' vs 'vim'"),
+        ("Alice lives in Paris", "Alice lives in Berlin", "value swap: alice lives in 'paris' vs 'berlin'"),
+        ("Bob works at Acme", "Bob works at Globex", "value swap: bob works at 'acme' vs 'globex'"),
+        ("Carol works for Dave", "Carol works for Erin", "value swap: carol works for 'dave' vs 'erin'"),
+        (
+            "The user prefers dark mode",
+            "The user prefers light mode",
+            "value swap: user prefers 'dark mode' vs 'light mode'",
+        ),
+        ("The API uses REST", "The API uses gRPC", "value swap: api uses 'rest' vs 'grpc'"),
+        (
+            "Our team is based in Oslo",
+            "Our team is based in Lisbon",
+            "value swap: team is based in 'oslo' vs 'lisbon'",
+        ),
+        (
+            "database: postgres",
+            "database = mysql",
+            "value swap: database 'postgres' vs 'mysql'",
+        ),  # assignment forms
+        (
+            "The primary database is Postgres",
+            "primary database: MySQL",
+            "value swap: primary database 'postgres' vs 'mysql'",
+        ),
+        ("I like tea", "I like coffee", "value swap: i likes 'tea' vs 'coffee'"),
+        ("Alice is 30", "Alice is 31 years old", "value swap: alice '30' vs '31 years old'"),
+    ],
+)
+def test_value_swap_fires_on_the_same_subject_with_another_value(older, newer, reason):
+    assert verdict(older, newer) == ("value_swap", reason)
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("I prefer vim", "I prefer vim with plugins"),  # elaboration: token superset
+        ("I prefer vim with plugins", "I prefer vim"),  # the other way round
+        ("Bob works at Google", "Bob works at Google, in the Zurich office"),  # clause cut, same value
+        ("editor is vim", "My editor is Vim."),  # identical after normalising
+        ("Alice lives in Paris", "Bob lives in Berlin"),  # different subjects
+        ("Alice lives in Paris", "Alice works at Acme"),  # different relations
+        ("this is fine", "this is terrible"),  # pronoun-only subject
+        ("They are happy", "They are tired"),  # pronoun-only subject
+        ("Alice has a cat", "Alice has a dog"),  # multi-valued relation
+        ("I don't use vim", "I don't use emacs"),  # both negated
+    ],
+)
+def test_value_swap_guards(older, newer):
+    assert rule_of(older, newer) is None
+
+
+# -- 5. and 6. numeric and temporal ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("older", "newer", "reason"),
+    [
+        ("the team has 5 people", "the team has 7 people", "numeric: team has '5' vs '7'"),
+        ("timeout = 30s", "timeout = 60s", "numeric: timeout '30' vs '60'"),
+        ("Our budget is $5,000", "Our budget is $7,500", "numeric: budget '5,000' vs '7,500'"),
+        (
+            "The cluster has three nodes",
+            "The cluster has five nodes",
+            "numeric: cluster has 'three' vs 'five'",
+        ),
+        ("Python version is 3.11", "Python version is 3.12", "numeric: python version '3.11' vs '3.12'"),
+        (
+            "Deployed release 42 today",
+            "Deployed release 43 today",
+            "numeric: deployed release <num> today '42' vs '43'",
+        ),
+    ],
+)
+def test_numeric_fires_on_different_numbers_in_the_same_frame(older, newer, reason):
+    assert verdict(older, newer) == ("numeric", reason)
+
+
+@pytest.mark.parametrize(
+    ("older", "newer", "reason"),
+    [
+        ("standup is at 9am", "standup is at 10am", "temporal: standup '9am' vs '10am'"),
+        ("The sync is at 10:30", "The sync is at 11:00", "temporal: sync '10:30' vs '11:00'"),
+        ("We meet at noon", "We meet at 1pm", "temporal: we meet at <time> 'noon' vs '1pm'"),
+        (
+            "Release date: 2026-03-01",
+            "Release date: 2026-03-08",
+            "temporal: release date '2026-03-01' vs '2026-03-08'",
+        ),
+        ("The review is on Monday", "The review is on Tuesday", "temporal: review 'monday' vs 'tuesday'"),
+        ("The launch is on March 3", "The launch is on March 10", "temporal: launch 'march 3' vs 'march 10'"),
+    ],
+)
+def test_temporal_fires_on_different_times_and_dates(older, newer, reason):
+    assert verdict(older, newer) == ("temporal", reason)
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("standup is at 9am", "standup is at 9:00"),  # the same time written twice
+        ("standup is at 9am", "standup is at 9 a.m."),
+        ("The launch is on March 3", "The launch is on 2026-03-03"),  # a date without a year is another kind
+        ("the team has 5 people", "the team has 7 rooms"),  # another unit: another frame
+        ("Room 5 is free", "Room 7 is free"),  # a number in the subject names a thing
+        ("standup is not at 9am", "standup is at 10am"),  # denies another time: consistent
+        ("It costs 5 dollars", "It costs 7 dollars"),  # pronoun subject
+    ],
+)
+def test_quantity_guards(older, newer):
+    assert rule_of(older, newer) is None
+
+
+# -- features --------------------------------------------------------------------------------------------------
+
+
+def test_features_parse_each_memory_once_into_columns():
+    texts = [
+        "My editor is Emacs",
+        "The team has 5 people",
+        "Standup is at 1:30pm",
+        "I dislike vim",
+        "It broke",
+    ]
+    rows = memory_features([f"m{i}" for i in range(len(texts))], texts, RULES).to_pylist()
+    editor, team, standup, dislike, pronoun = rows
+    assert (editor["subject"], editor["relation"], editor["value"], editor["form"]) == (
+        "editor",
+        "is",
+        "emacs",
+        "copular",
+    )
+    assert (team["subject"], team["relation"], team["number"], team["unit"]) == ("team", "has", 5.0, "people")
+    assert standup["time_minutes"] == 13 * 60 + 30 and standup["temporals"] == "13:30"
+    assert dislike["poles"] == ["dislike"] and dislike["subject"] is None
+    assert pronoun["pronoun_subject"] and not editor["pronoun_subject"]
+
+
+def test_features_table_has_one_row_per_memory_in_order():
+    table = memory_features(["b", "a"], ["x is 1", ""], RULES)
+    assert table.column("id").to_pylist() == ["b", "a"]
+    assert table.column("subject").to_pylist() == ["x", None]
+
+
+# -- detect: orientation, passthrough, edge cases --------------------------------------------------------------
+
+
+def test_newer_row_by_created_at_decides_the_orientation():
+    features = memory_features(["a", "b"], ["editor is vim", "editor is emacs"], RULES)
+    times = {"a": T0 + dt.timedelta(days=3), "b": T0}  # a is newer although it is on the left
+    found = detect(pairs_of([("a", "b")], times, batch=["x"]), features, RULES)
+    assert found.column_names == [*DETECT_COLUMNS, "left_created_at", "right_created_at", "batch"]
+    assert found.select([*DETECT_COLUMNS, "batch"]).to_pylist() == [
+        {
+            "left_id": "a",
+            "right_id": "b",
+            "newer_id": "a",
+            "older_id": "b",
+            "rule": "value_swap",
+            "reason": "value swap: editor 'emacs' vs 'vim'",
+            "batch": "x",
+        }
+    ]
+
+
+def test_change_rule_reads_the_newer_row_whichever_side_it_is_on():
+    features = memory_features(
+        ["a", "b"], ["We deploy with GitHub Actions now", "We deploy with Jenkins"], RULES
+    )
+    old_left = {"a": T0, "b": T0 + dt.timedelta(days=1)}
+    new_left = {"a": T0 + dt.timedelta(days=1), "b": T0}
+    assert detect(pairs_of([("a", "b")], old_left), features, RULES).num_rows == 0
+    assert detect(pairs_of([("a", "b")], new_left), features, RULES).column("rule").to_pylist() == ["change"]
+
+
+def test_unknown_ids_never_fire_and_empty_input_gives_an_empty_table():
+    features = memory_features(["a"], ["editor is vim"], RULES)
+    times = {"a": T0, "zz": T0 + dt.timedelta(days=1)}
+    assert detect(pairs_of([("a", "zz")], times), features, RULES).num_rows == 0
+    empty = detect(pairs_of([], {}), features, RULES)
+    assert empty.num_rows == 0 and empty.column_names == [
+        *DETECT_COLUMNS,
+        "left_created_at",
+        "right_created_at",
+    ]
+
+
+def test_detect_needs_created_at_on_both_sides():
+    features = memory_features(["a", "b"], ["x is 1", "x is 2"], RULES)
+    with pytest.raises(ValueError, match="left_created_at"):
+        detect(pa.table({"left_id": ["a"], "right_id": ["b"]}), features, RULES)
+
+
+SENTENCES = [
+    "my editor is emacs",
+    "editor is vim",
+    "I prefer vim",
+    "I prefer vim with plugins",
+    "I dislike vim",
+    "I like vim",
+    "The API uses OAuth2",
+    "The API no longer uses OAuth2",
+    "standup is at 9am",
+    "standup is at 10am",
+    "the team has 5 people",
+    "the team has 7 people",
+    "Alice lives in Paris",
+    "Alice lives in Berlin",
+    "Alice doesn't live in Rome",
+    "I switched to emacs",
+    "this is fine",
+    "this is terrible",
+    "The cache is enabled",
+    "The cache is disabled",
+    "We now meet on Monday",
+    "Release date: 2026-03-01",
+    "I never use vim",
+    "Deploys run on Fridays",
+]
+
+
+def test_detect_agrees_with_the_one_pair_reference_on_every_ordered_pair():
+    ids = [f"s{i:02d}" for i in range(len(SENTENCES))]
+    times = {memory_id: T0 + dt.timedelta(hours=i) for i, memory_id in enumerate(ids)}
+    ordered = list(itertools.permutations(ids, 2))
+    found = detect(pairs_of(ordered, times), memory_features(ids, SENTENCES, RULES), RULES)
+    got = {(r["left_id"], r["right_id"]): (r["rule"], r["reason"]) for r in found.to_pylist()}
+    rows = {
+        memory_id: memory_row(memory_id, text, RULES) for memory_id, text in zip(ids, SENTENCES, strict=True)
+    }
+    for left, right in ordered:
+        older, newer = (left, right) if times[left] <= times[right] else (right, left)
+        assert got.get((left, right)) == rule_for_pair(rows[older], rows[newer], RULES), (left, right)
+    assert {rule for rule, _ in got.values()} >= {
+        "negation",
+        "change",
+        "polar",
+        "value_swap",
+        "numeric",
+        "temporal",
+    }
+
+
+# -- explicit links ----------------------------------------------------------------------------------------------
+
+
+def test_explicit_candidates_from_metadata():
+    ids = ["a", "b", "c", "d", "e"]
+    metadata = [
+        json.dumps({"contradicts": "b"}),
+        json.dumps({"contradicts": ["a", "c", "gone"]}),  # a-b again from the other side; an unknown id
+        "not json",
+        {"contradictionWith": "e"},  # the seed's marker, as a dict
+        json.dumps({"contradicts": "e"}),  # a self-link
+    ]
+    pairs = explicit_candidates(ids, metadata, RULES).to_pylist()
+    assert pairs == [
+        {"left_id": "a", "right_id": "b", "explicit": True},
+        {"left_id": "b", "right_id": "c", "explicit": True},
+        {"left_id": "d", "right_id": "e", "explicit": True},
+    ]
+
+
+def test_explicit_pairs_fire_even_where_the_heuristics_are_silent():
+    features = memory_features(["a", "b"], ["this is fine", "the weather was nice"], RULES)
+    times = {"a": T0, "b": T0 + dt.timedelta(days=1)}
+    found = detect(pairs_of([("a", "b")], times, explicit=[True]), features, RULES).to_pylist()
+    assert [(r["rule"], r["reason"], r["explicit"]) for r in found] == [
+        ("explicit", "explicit: metadata link", True)
+    ]
+    assert detect(pairs_of([("a", "b")], times, explicit=[False]), features, RULES).num_rows == 0
+
+
+def test_a_heuristic_reason_wins_over_the_explicit_link():
+    features = memory_features(["a", "b"], ["editor is vim", "editor is emacs"], RULES)
+    times = {"a": T0, "b": T0 + dt.timedelta(days=1)}
+    assert detect(pairs_of([("a", "b")], times, explicit=[True]), features, RULES).column(
+        "rule"
+    ).to_pylist() == ["value_swap"]
+
+
+# -- structural candidates ---------------------------------------------------------------------------------------
+
+
+def structural(texts: dict[str, str], namespaces: dict[str, str] | None = None, limit: int = 50) -> list:
+    ids = list(texts)
+    features = memory_features(ids, list(texts.values()), RULES)
+    table = pa.table(
+        {
+            "id": ids,
+            "namespace": [(namespaces or {}).get(i, "ns") for i in ids],
+            "created_at": pa.array(
+                [T0 + dt.timedelta(days=n) for n in range(len(ids))], pa.timestamp("us", tz="UTC")
+            ),
+        }
+    )
+    return structural_candidates(features, table, group_limit=limit), features
+
+
+def test_structural_join_finds_a_value_swap_whatever_the_cosine():
+    candidates, features = structural(
+        {
+            "a": "Alice lives in Paris",
+            "b": "Alice lives in Berlin",
+            "c": "Bob lives in Berlin",  # another subject
+            "d": "Alice doesn't live in Rome",  # negated: asserts no value
+            "e": "Alice lives in Paris",  # the same value as a
+            "f": "this is fine",  # pronoun subject
+            "g": "Alice has a cat",  # multi-valued, no quantity
+            "h": "Alice has a dog",
+        }
+    )
+    assert [(r["left_id"], r["right_id"]) for r in candidates.to_pylist()] == [("a", "b"), ("b", "e")]
+    found = detect(candidates, features, RULES).to_pylist()
+    assert [(r["newer_id"], r["reason"]) for r in found] == [
+        ("b", "value swap: alice lives in 'paris' vs 'berlin'"),
+        ("e", "value swap: alice lives in 'berlin' vs 'paris'"),
+    ]
+
+
+def test_structural_join_stays_inside_a_namespace_and_keeps_quantities():
+    candidates, _ = structural(
+        {
+            "a": "standup is at 9am",
+            "b": "standup is at 10am",
+            "c": "the team has 5 people",
+            "d": "the team has 7 people",
+        },
+        namespaces={"b": "other"},
+    )
+    assert [(r["left_id"], r["right_id"], r["namespace"]) for r in candidates.to_pylist()] == [
+        ("c", "d", "ns")
+    ]
+
+
+def test_structural_join_caps_each_group_to_its_most_recent_memories():
+    texts = {f"m{i}": f"The primary region is region{i}" for i in range(6)}
+    candidates, _ = structural(texts, limit=3)
+    pairs = {(r["left_id"], r["right_id"]) for r in candidates.to_pylist()}
+    assert pairs == {("m3", "m4"), ("m3", "m5"), ("m4", "m5")}  # created_at grows with the index
+
+
+# -- rule files ---------------------------------------------------------------------------------------------------
+
+
+def test_users_extend_the_word_lists_in_their_own_file(tmp_path: Path):
+    text = DEFAULT_RULES_PATH.read_text(encoding="utf-8")
+    custom = tmp_path / "rules.yaml"
+    custom.write_text(
+        text.replace("    - [like, dislike]\n", "    - [like, dislike]\n    - [sunny, rainy]\n")
+    )
+    rules = load_rules(custom)
+    assert rule_of("The forecast is sunny", "The forecast is rainy") == "value_swap"  # default: a value swap
+    assert verdict("The forecast says sunny", "The forecast says rainy", rules) == (
+        "polar",
+        "polar: 'sunny' vs 'rainy'",
+    )
+    assert rules.source == str(custom)
+
+
+def test_rule_files_with_bare_yaml_booleans_or_missing_keys_are_refused(tmp_path: Path):
+    text = DEFAULT_RULES_PATH.read_text(encoding="utf-8")
+    unquoted = tmp_path / "unquoted.yaml"
+    unquoted.write_text(text.replace('[not, never, "no",', "[not, never, no,"))
+    with pytest.raises(ValueError, match=r"negation.words .*quote"):
+        load_rules(unquoted)
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(text.replace("pronouns:", "pronounz:"))
+    with pytest.raises(ValueError, match="missing key 'pronouns'"):
+        load_rules(missing)
