@@ -167,6 +167,10 @@ def _alternation(phrases: set[str]) -> str:
     return "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True))
 
 
+def _word_regex(phrases: set[str]) -> str:
+    return r"\b(?:" + _alternation(phrases) + r")\b"
+
+
 class RegexPerRule:
     """The naive baseline: what a per-pair service does. For every pair, each rule runs its own regexes on
     both texts (negation, change, one pattern per polar pair, the claim patterns, the quantity pattern).
@@ -179,9 +183,8 @@ class RegexPerRule:
         for entries in rules.cues.by_first.values():
             for phrase, category in entries:
                 phrases.setdefault(category, set()).add(" ".join(phrase))
-        words = lambda c: r"\b(?:" + _alternation(phrases.get(c, set())) + r")\b"
-        self.negation = re.compile(words(NEGATION) + r"|\b\w+n't\b")
-        self.change = re.compile(words(CHANGE))
+        self.negation = re.compile(_word_regex(phrases.get(NEGATION, set())) + r"|\b\w+n't\b")
+        self.change = re.compile(_word_regex(phrases.get(CHANGE, set())))
         claim = r"^(?P<subject>.+?)\s+(?P<op>{})\s+(?P<value>.+)$"
         self.claims = [
             (re.compile(claim.format(_alternation(phrases[c]))), c)
@@ -194,10 +197,7 @@ class RegexPerRule:
                 for pair_side in rules.poles_of_label[label]:
                     forms.setdefault(pair_side, set()).add(form)
         self.polar = [
-            (
-                re.compile(r"\b(?:" + _alternation(forms[(k, 0)]) + r")\b"),
-                re.compile(r"\b(?:" + _alternation(forms[(k, 1)]) + r")\b"),
-            )
+            (re.compile(_word_regex(forms[(k, 0)])), re.compile(_word_regex(forms[(k, 1)])))
             for k in range(rules.polar_pair_count)
         ]
 

@@ -8,6 +8,10 @@ which labels, precision (fired pairs that are contradictions) and recall (contra
 all pairs, then over the pairs whose cosine lies in the candidate band [0.80, 0.97) (the pairs the pipeline
 actually checks), when the sentence embedder (engram_pipelines/embeddings.py) is installed.
 
+STS Benchmark test split (1,379 pairs, similarity 0-5): pairs scored >= 4 are paraphrases ("mostly" or fully
+equivalent), the near-duplicates a memory store is full of; any rule firing on one is a false alarm. Reported:
+how often each rule fires on them (all, and in the band).
+
 Vectors come from the cache bench/embeddings_quality.py writes (same key: model name and the exact texts), or
 are computed once (about 100 sentences/s here) and cached there. SNLI describes photos ("A man is sleeping" vs
 "A man is running"), not an agent's memories: its contradictions are mostly scene changes, few are value swaps
@@ -61,20 +65,24 @@ def load_snli(data_dir: Path) -> pd.DataFrame:
     return pd.read_csv(data_dir / "snli_test.csv", keep_default_na=False)
 
 
-def detect_snli(snli: pd.DataFrame) -> pd.DataFrame:
-    """The rule (or None) for every pair; premise older, hypothesis newer."""
+def load_stsb(data_dir: Path) -> pd.DataFrame:
+    return pd.read_csv(data_dir / "stsb_test.csv")  # as bench/embeddings_quality.py reads it
+
+
+def detect_pairs(frame: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
+    """The rule and reason (or None) for every pair; the `first` sentence older, the `second` newer."""
     rules = load_rules()
-    texts = list(dict.fromkeys([*snli["premise"], *snli["hypothesis"]]))
+    texts = list(dict.fromkeys([*frame[first], *frame[second]]))
     ids = [f"t{i}" for i in range(len(texts))]
     id_of = dict(zip(texts, ids, strict=True))
     started = time.perf_counter()
     features = memory_features(ids, texts, rules)
     parse_seconds = time.perf_counter() - started
-    count = len(snli)
+    count = len(frame)
     pairs = pa.table(
         {
-            "left_id": [id_of[t] for t in snli["premise"]],
-            "right_id": [id_of[t] for t in snli["hypothesis"]],
+            "left_id": [id_of[t] for t in frame[first]],
+            "right_id": [id_of[t] for t in frame[second]],
             "left_created_at": pa.array(np.zeros(count, dtype="datetime64[us]")),
             "right_created_at": pa.array(np.ones(count, dtype="datetime64[us]")),
             "pair": np.arange(count),
@@ -83,8 +91,10 @@ def detect_snli(snli: pd.DataFrame) -> pd.DataFrame:
     started = time.perf_counter()
     fired = detect(pairs, features, rules).to_pandas()
     detect_seconds = time.perf_counter() - started
-    print(f"parsed {len(texts):,} sentences in {parse_seconds:.2f}s, detect on {count:,} pairs in {detect_seconds:.3f}s")
-    out = snli.copy()
+    print(
+        f"parsed {len(texts):,} sentences in {parse_seconds:.2f}s, detect on {count:,} pairs in {detect_seconds:.3f}s"
+    )
+    out = frame.copy()
     out["rule"] = None
     out["reason"] = None
     out.loc[fired["pair"].to_numpy(), "rule"] = fired["rule"].to_numpy()
@@ -92,7 +102,9 @@ def detect_snli(snli: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def band_cosines(snli: pd.DataFrame, cache_dir: Path) -> np.ndarray | None:
+def band_cosines(
+    frame: pd.DataFrame, first: str, second: str, dataset: str, cache_dir: Path
+) -> np.ndarray | None:
     """Cosine of each pair with the default embedder, or None when it is not installed."""
     try:
         from engram_pipelines.embeddings import embed_in_batches, load_embedder
@@ -100,9 +112,9 @@ def band_cosines(snli: pd.DataFrame, cache_dir: Path) -> np.ndarray | None:
         print(f"no embedder ({exc}): the band section is skipped")
         return None
     embedder = load_embedder()
-    texts = list(dict.fromkeys([*snli["premise"], *snli["hypothesis"]]))
+    texts = list(dict.fromkeys([*frame[first], *frame[second]]))
     key = hashlib.sha256("\n".join([embedder.name, *texts]).encode()).hexdigest()[:16]
-    path = cache_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', embedder.name)}-SNLI-{key}.npy"
+    path = cache_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', embedder.name)}-{dataset}-{key}.npy"
     if path.is_file():
         vectors = np.load(path)
     else:
@@ -111,8 +123,8 @@ def band_cosines(snli: pd.DataFrame, cache_dir: Path) -> np.ndarray | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, vectors)
     index = {text: i for i, text in enumerate(texts)}
-    left = vectors[[index[t] for t in snli["premise"]]]
-    right = vectors[[index[t] for t in snli["hypothesis"]]]
+    left = vectors[[index[t] for t in frame[first]]]
+    right = vectors[[index[t] for t in frame[second]]]
     return np.einsum("ij,ij->i", left, right)
 
 
@@ -143,29 +155,54 @@ def print_scores(title: str, frame: pd.DataFrame) -> None:
         )
 
 
+def print_false_alarms(title: str, frame: pd.DataFrame) -> None:
+    print(f"\n### {title}\n")
+    fired = Counter(frame["rule"].dropna())
+    total = sum(fired.values())
+    print(f"{len(frame):,} pairs; a rule fires on {total:,} ({total / max(len(frame), 1):.1%})\n")
+    print("| rule | fired | share of pairs |")
+    print("|---|---:|---:|")
+    for rule in RULE_ORDER[:-1]:
+        print(f"| {rule} | {fired[rule]:,} | {fired[rule] / max(len(frame), 1):.1%} |")
+
+
 def print_examples(frame: pd.DataFrame, per_rule: int) -> None:
     print("\n### Examples (first fired pairs per rule, gold label in brackets)\n")
     for rule in RULE_ORDER[:-1]:
         chosen = frame[frame["rule"] == rule].head(per_rule)
         for row in chosen.itertuples():
-            print(f"- {rule} [{row.label}]: \"{row.premise}\" -> \"{row.hypothesis}\" ({row.reason})")
+            print(f'- {rule} [{row.label}]: "{row.premise}" -> "{row.hypothesis}" ({row.reason})')
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     parser.add_argument("--no-band", action="store_true", help="skip the embedding band section")
     parser.add_argument("--examples", type=int, default=3)
     args = parser.parse_args()
 
-    snli = detect_snli(load_snli(args.data_dir))
+    band = f"[{BAND[0]:.2f}, {BAND[1]:.2f})"
+    snli = detect_pairs(load_snli(args.data_dir), "premise", "hypothesis")
     print_scores("SNLI test, all pairs", snli)
-    cosine = None if args.no_band else band_cosines(snli, args.cache_dir)
+    cosine = None if args.no_band else band_cosines(snli, "premise", "hypothesis", "SNLI", args.cache_dir)
     if cosine is not None:
-        in_band = (cosine >= BAND[0]) & (cosine < BAND[1])
-        print_scores(f"SNLI test, pairs with cosine in [{BAND[0]:.2f}, {BAND[1]:.2f})", snli[in_band])
+        print_scores(
+            f"SNLI test, pairs with cosine in {band}", snli[(cosine >= BAND[0]) & (cosine < BAND[1])]
+        )
         print_scores(f"SNLI test, pairs with cosine below {BAND[0]:.2f}", snli[cosine < BAND[0]])
+
+    stsb = detect_pairs(load_stsb(args.data_dir), "sentence1", "sentence2")
+    paraphrases = (stsb["score"] >= 4.0).to_numpy()
+    print_false_alarms(
+        "STS-B test, paraphrases (score >= 4): every firing is a false alarm", stsb[paraphrases]
+    )
+    cosine = None if args.no_band else band_cosines(stsb, "sentence1", "sentence2", "STS-B", args.cache_dir)
+    if cosine is not None:
+        in_band = paraphrases & (cosine >= BAND[0]) & (cosine < BAND[1])
+        print_false_alarms(f"STS-B test, paraphrases with cosine in {band}", stsb[in_band])
     print_examples(snli, args.examples)
 
 

@@ -21,7 +21,8 @@ Rules, in order; the first that fires gives `rule` and `reason` (values read old
    to the next two rules.
 5. numeric / 6. temporal: the same claim (or, without a claim, the same sentence) with every number, clock time
    and date replaced by a placeholder, and different numbers ("5 people" vs "7 people") or times/dates
-   ("9am" vs "10am").
+   ("9am" vs "10am"; "March 3" is any year's, so it never contradicts "2026-03-03"). Only a claim's value is
+   scanned: a number in its subject names a thing ("room 5 is free" vs "room 7 is free").
 7. explicit: the pair carries `explicit = true` (from `metadata.contradicts`, see `explicit_candidates`).
    Reported only when no heuristic fired, and exempt from the guards: a person or agent asserted it.
 
@@ -29,7 +30,11 @@ Guards (rules 1-6 never fire), as the issue lists them: either subject is only a
 "this is terrible"), both sides parse into claims with different subjects or relations, both sides are negated
 (two denials assert no value), both sides carry a change word (two reported changes: "switched to vim" vs
 "switched to emacs" is left to review, not flagged). Value-swap and quantity rules also need both sides
-unnegated; identical and elaborated values are handled per rule above. Word lists and patterns live in data/contradiction_rules.yaml (`load_rules(path)` for a custom one).
+unnegated; identical and elaborated values are handled per rule above.
+
+Word lists and patterns live in data/contradiction_rules.yaml; `load_rules(path)` reads a user's own copy.
+Candidates: the cosine band (the caller's), `structural_candidates` (same parsed subject and relation, any
+cosine) and `explicit_candidates` (metadata links).
 
 `rule_for_pair` is the same rules written plainly for one pair: the readable reference that the tests hold
 `detect` to, and the per-pair baseline of bench/contradictions.py.
@@ -37,6 +42,7 @@ unnegated; identical and elaborated values are handled per rule above. Word list
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
@@ -115,8 +121,8 @@ DETECT_COLUMNS = ("left_id", "right_id", "newer_id", "older_id", "rule", "reason
 
 @dataclass(frozen=True)
 class Phrases:
-    """Words and phrases as token tuples, indexed by first and last token (longest first), so finding or
-    stripping one costs a dictionary lookup per token instead of a regex alternation over the whole list."""
+    """Stop words and phrases as token tuples, indexed by first and last token (longest first): stripping them
+    from either end of a subject or value costs a dictionary lookup, not a regex over the whole list."""
 
     by_first: Mapping[str, tuple[tuple[str, ...], ...]]
     by_last: Mapping[str, tuple[tuple[str, ...], ...]]
@@ -130,15 +136,6 @@ class Phrases:
             by_first.setdefault(phrase[0], []).append(phrase)
             by_last.setdefault(phrase[-1], []).append(phrase)
         return cls({k: tuple(v) for k, v in by_first.items()}, {k: tuple(v) for k, v in by_last.items()})
-
-    def find(self, tokens: Sequence[str], start: int = 0) -> tuple[int, int] | None:
-        """(index, length) of the leftmost phrase at or after `start`, the longest at that index."""
-        lookup = self.by_first
-        for index in range(start, len(tokens)):
-            for phrase in lookup.get(tokens[index], ()):
-                if tuple(tokens[index : index + len(phrase)]) == phrase:
-                    return index, len(phrase)
-        return None
 
     def strip(self, tokens: list[str], *, leading: bool) -> list[str]:
         """Drop phrases from one end, repeatedly ("no longer really" -> nothing)."""
@@ -750,7 +747,15 @@ def memory_features(ids: Sequence[str], contents: Sequence[str], rules: RuleBook
     """One FEATURES_SCHEMA row per memory: parse each memory once, whatever the number of pairs."""
     if len(ids) != len(contents):
         raise ValueError(f"memory_features: {len(ids)} ids but {len(contents)} contents")
-    rows = [memory_row(str(i), c, rules) for i, c in zip(ids, contents, strict=True)]
+    # The rows hold millions of small objects and no reference cycles: the cyclic collector would rescan them
+    # over and over as they pile up (measured: 40% of the time at 200k memories), so it pauses meanwhile.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        rows = [memory_row(str(i), c, rules) for i, c in zip(ids, contents, strict=True)]
+    finally:
+        if collecting:
+            gc.enable()
     # Column by column: pa.Table.from_pylist spends more time per row than the parsing itself.
     columns = [
         pa.array([row[name] for row in rows], type_)
@@ -794,55 +799,59 @@ def rule_for_pair(
     older: Mapping[str, Any], newer: Mapping[str, Any], rules: RuleBook, explicit: bool = False
 ) -> tuple[str, str] | None:
     """(rule, reason) for one pair of `memory_row` dicts, or None. Slow; `detect` does the same in bulk."""
-    both_claims = older["subject"] is not None and newer["subject"] is not None
-    same_claim = both_claims and (older["subject"], older["relation"]) == (
-        newer["subject"],
-        newer["relation"],
+    found = _heuristic_rule(older, newer, rules)
+    if found is None and explicit:
+        return "explicit", "explicit: metadata link"
+    return found
+
+
+def _claim_key(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    return None if row["subject"] is None else (row["subject"], row["relation"])
+
+
+def _guarded(older: Mapping[str, Any], newer: Mapping[str, Any]) -> bool:
+    """The never-fires cases: a pronoun subject, two different claims, two denials, two changes."""
+    different_claims = None not in (_claim_key(older), _claim_key(newer)) and _claim_key(older) != _claim_key(
+        newer
     )
-    guarded = (
+    return (
         older["pronoun_subject"]
         or newer["pronoun_subject"]
-        or (both_claims and not same_claim)
+        or different_claims
         or (older["negated"] and newer["negated"])
         or (older["change_word"] and newer["change_word"])
     )
+
+
+def _heuristic_rule(
+    older: Mapping[str, Any], newer: Mapping[str, Any], rules: RuleBook
+) -> tuple[str, str] | None:
+    if _guarded(older, newer):
+        return None
+    same_claim = _claim_key(older) is not None and _claim_key(older) == _claim_key(newer)
     compatible = same_claim and _values_compatible(older, newer)
-    unnegated = not older["negated"] and not newer["negated"]
-    same_quantity_key = older["quantity_key"] is not None and older["quantity_key"] == newer["quantity_key"]
-    if not guarded:
-        if older["negated"] != newer["negated"] and not (same_claim and not compatible):
-            side, cue = (
-                ("newer", newer["negation_cue"]) if newer["negated"] else ("older", older["negation_cue"])
-            )
-            return "negation", f"negation: only the {side} row is negated ('{cue}')"
-        if newer["change_word"] and not older["change_word"] and not compatible:
-            return "change", f"change: the newer row says '{newer['change_cue']}'"
-        poles = _opposite_poles(older, newer, rules)
-        if poles and _content_contained(older, newer):
-            return "polar", f"polar: '{poles[0]}' vs '{poles[1]}'"
-        if same_claim and not compatible and newer["single_valued"] and unnegated and not same_quantity_key:
-            return (
-                "value_swap",
-                f"value swap: {newer['claim_label']} '{older['value']}' vs '{newer['value']}'",
-            )
-        if same_quantity_key and unnegated and older["numbers"] != newer["numbers"]:
-            return "numeric", (
-                f"numeric: {newer['quantity_label']} '{older['numbers_text']}' vs '{newer['numbers_text']}'"
-            )
-        same_day_maybe = older["temporals_loose"] == newer["temporals_loose"] and (
-            older["yearless_date"] or newer["yearless_date"]
-        )
-        if (
-            same_quantity_key
-            and unnegated
-            and older["temporals"] != newer["temporals"]
-            and not same_day_maybe
-        ):
-            return "temporal", (
-                f"temporal: {newer['quantity_label']} '{older['temporals_text']}' vs '{newer['temporals_text']}'"
-            )
-    if explicit:
-        return "explicit", "explicit: metadata link"
+    unnegated = not (older["negated"] or newer["negated"])
+    same_frame = older["quantity_key"] is not None and older["quantity_key"] == newer["quantity_key"]
+    if older["negated"] != newer["negated"] and not (same_claim and not compatible):
+        side, cue = ("newer", newer["negation_cue"]) if newer["negated"] else ("older", older["negation_cue"])
+        return "negation", f"negation: only the {side} row is negated ('{cue}')"
+    if newer["change_word"] and not compatible:
+        return "change", f"change: the newer row says '{newer['change_cue']}'"
+    poles = _opposite_poles(older, newer, rules)
+    if poles and _content_contained(older, newer):
+        return "polar", f"polar: '{poles[0]}' vs '{poles[1]}'"
+    if same_claim and not compatible and newer["single_valued"] and unnegated and not same_frame:
+        return "value_swap", f"value swap: {newer['claim_label']} '{older['value']}' vs '{newer['value']}'"
+    if not (same_frame and unnegated):
+        return None
+    label = newer["quantity_label"]
+    if older["numbers"] != newer["numbers"]:
+        return "numeric", f"numeric: {label} '{older['numbers_text']}' vs '{newer['numbers_text']}'"
+    maybe_same_day = older["temporals_loose"] == newer["temporals_loose"] and (
+        older["yearless_date"] or newer["yearless_date"]
+    )
+    if older["temporals"] != newer["temporals"] and not maybe_same_day:
+        return "temporal", f"temporal: {label} '{older['temporals_text']}' vs '{newer['temporals_text']}'"
     return None
 
 

@@ -285,6 +285,16 @@ def test_numeric_fires_on_different_numbers_in_the_same_frame(older, newer, reas
         ),
         ("The review is on Monday", "The review is on Tuesday", "temporal: review 'monday' vs 'tuesday'"),
         ("The launch is on March 3", "The launch is on March 10", "temporal: launch 'march 3' vs 'march 10'"),
+        (
+            "The launch is on March 3",
+            "The launch is on 2026-03-10",
+            "temporal: launch 'march 3' vs '2026-03-10'",
+        ),
+        (
+            "The audit is on 2025-03-03",
+            "The audit is on 2026-03-03",
+            "temporal: audit '2025-03-03' vs '2026-03-03'",
+        ),
     ],
 )
 def test_temporal_fires_on_different_times_and_dates(older, newer, reason):

@@ -80,3 +80,25 @@ def test_the_asset_graph_snapshot():
     assert snapshot == expected, "asset graph changed; if intended, rerun with ENGRAM_UPDATE_SNAPSHOTS=1"
     checks = {c.name for c in graph.asset_check_keys}
     assert checks == CHECKS
+
+
+def test_a_second_consolidate_on_the_applied_store_proposes_nothing(demo_store, tmp_path: Path):
+    from engram_pipelines.changes.apply import apply_change_set
+    from engram_pipelines.changes.revert import approve_change_set
+
+    warehouse = str(tmp_path / "warehouse")
+    first = execute_job("consolidate", AS_OF, store=demo_store, warehouse=warehouse, config_path=None)
+    assert first["success"] and first["steps"]["consolidation"]["merged"] > 0
+    assert "applied_changes" not in first["steps"], "consolidate applies nothing"
+    gated = first["steps"]["change_set"]["gated_change_set"]
+    with open_store(demo_store) as store:
+        assert store.get_change_set(gated).status == "proposed"
+        approve_change_set(store, gated, actor="reviewer")
+        result = apply_change_set(store, gated)
+        assert result.accounted and result.applied > 0
+        auto = first["steps"]["change_set"]["auto_change_set"]
+        apply_change_set(store, auto)
+    second = execute_job("consolidate", AS_OF, store=demo_store, warehouse=warehouse, config_path=None)
+    assert second["success"]
+    assert second["steps"]["consolidation"]["merged"] == 0
+    assert second["steps"]["change_set"]["gated_changes"] == 0
