@@ -105,6 +105,10 @@ def main() -> None:
     print(f"\nprecision {precision:.3f}, recall {recall:.3f} (positive = gold >= 4); duplicates step merged "
           f"{sum(len(c.losers) for c in dup.clusters)}, consolidation {merge.merged}; "
           f"{blocked} pairs in the band were kept apart by the guards (numbers differ or contradiction)")
+    wrong = stsb[stsb["merged"] & (stsb["score"] <= 2)]
+    print("\nmerged although gold <= 2:")
+    for row in wrong.itertuples():
+        print(f"- {row.score}: {row.sentence1!r} / {row.sentence2!r}")
 
 
 if __name__ == "__main__":
