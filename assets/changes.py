@@ -16,6 +16,7 @@ from engram_pipelines.changes.invariants import (
 from engram_pipelines.changes.propose import propose_change_sets
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.changes.revert import approve_change_set
+from engram_pipelines.plots import changes_by_op, markdown_image
 from engram_pipelines.progress import LogProgress
 
 # The analyses whose proposals the change set gathers; each is an asset of the same name.
@@ -60,6 +61,7 @@ def change_set(
             sources=ANALYSIS_SOURCES,
             config_fingerprint=config.fingerprint(),
         )
+        history = live.list_change_sets()
     wh.write_run_pointer(as_of, _job(context), {klass: rec.change_set_id for klass, (rec, _) in sets.items()})
     auto_table = sets["auto"][1]
     gated_table = sets["gated"][1]
@@ -77,8 +79,35 @@ def change_set(
             "gated_changes": gated_table.num_rows,
             "by_op": dg.MetadataValue.json({k: rec.counts["by_op"] for k, (rec, _) in sets.items()}),
             "sample": sample_markdown(both, ["review_class", "namespace", "target_id", "op", "reason"]),
+            "changes_by_namespace": dg.MetadataValue.md(
+                markdown_image(
+                    changes_by_op(_ops_by(both, "namespace"), "Changes by op and namespace"), "by namespace"
+                )
+            ),
+            "changes_over_time": dg.MetadataValue.md(
+                markdown_image(
+                    changes_by_op(_ops_over_time(history), "Changes by op, per as-of date"), "over time"
+                )
+            ),
         }
     )
+
+
+def _ops_by(table: pa.Table, column: str) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for key, ops in zip(table.column(column).to_pylist(), table.column("ops").to_pylist(), strict=True):
+        for op in ops:
+            out.setdefault(key, {})[op] = out.setdefault(key, {}).get(op, 0) + 1
+    return out
+
+
+def _ops_over_time(records) -> dict[str, dict[str, int]]:
+    """Every stored change set's ops per as-of date, from the store's change_sets registry."""
+    out: dict[str, dict[str, int]] = {}
+    for record in records:
+        for op, n in record.counts.get("by_op", {}).items():
+            out.setdefault(record.as_of, {})[op] = out.setdefault(record.as_of, {}).get(op, 0) + int(n)
+    return out
 
 
 def _tables(context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource):

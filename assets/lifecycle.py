@@ -7,6 +7,7 @@ from assets.metadata import sample_markdown, standard
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.decay import DECAY_SCHEMA, decay_intents, decay_scores
+from engram_pipelines.plots import markdown_image, score_histogram
 from engram_pipelines.promotion import PROMOTION_SCHEMA, promotion_intents, promotions
 from engram_pipelines.retention import RETENTION_SCHEMA, retention_intents, retention_moves
 from engram_pipelines.timestamps import end_of_day
@@ -76,6 +77,16 @@ def decay_scores_asset(
             "transitions": intents.num_rows,
             "stale": int(pc.sum(scores["stale_after"]).as_py() or 0),
             "mean_score": float(pc.mean(scores["score"]).as_py() or 0.0),
+            "score_distribution": dg.MetadataValue.md(
+                markdown_image(
+                    score_histogram(
+                        scores["score"].to_numpy(zero_copy_only=False).astype(float),
+                        threshold=config.decay.stale_threshold,
+                        title=f"Decay scores as of {as_of}",
+                    ),
+                    "decay score distribution",
+                )
+            ),
             "sample": sample_markdown(scores, ["id", "namespace", "policy", "score", "outcome", "reasons"]),
         }
     )
@@ -182,7 +193,6 @@ def decay_preview(
     warehouse: WarehouseResource,
     engram_config: EngramConfigResource,
 ) -> dg.MaterializeResult:
-    import base64
     import datetime as dt
 
     from engram_pipelines.decay_preview import preview_decay, score_distribution_png
@@ -201,7 +211,7 @@ def decay_preview(
     reports = wh.reports_dir(as_of)
     (reports / "decay-preview.md").write_text(preview.markdown())
     (reports / "decay-preview.png").write_bytes(png)
-    chart = f"![score distribution](data:image/png;base64,{base64.b64encode(png).decode()})"
+    chart = markdown_image(png, "score distribution now vs then")
     return dg.MaterializeResult(
         metadata={
             "totals": dg.MetadataValue.json(preview.totals()),

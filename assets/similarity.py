@@ -10,6 +10,7 @@ from engram_pipelines.clusters import CLUSTER_SCHEMA, clusters_table
 from engram_pipelines.embeddings import load_embedder
 from engram_pipelines.merges import collapse_duplicates, consolidate
 from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs, vector_pairs
+from engram_pipelines.plots import cluster_sizes, markdown_image, similarity_histogram
 from engram_pipelines.progress import LogProgress
 from engram_pipelines.timestamps import end_of_day
 from engram_pipelines.vectors import partition_vectors, vector_schema
@@ -104,6 +105,20 @@ def similarity_pairs(
             "rows_by_method": dg.MetadataValue.json(methods),
             "exact_content_pairs": int(pa.compute.sum(pairs["exact_content"]).as_py() or 0),
             "threshold": config.similarity.lowest_threshold,
+            "similarity_histogram": dg.MetadataValue.md(
+                markdown_image(
+                    similarity_histogram(
+                        pairs["score"].to_numpy(zero_copy_only=False),
+                        {
+                            "association": config.similarity.association_threshold,
+                            "contradiction": config.similarity.contradiction_threshold,
+                            "merge": config.similarity.merge_threshold,
+                            "duplicate": config.similarity.duplicate_threshold,
+                        },
+                    ),
+                    "similarity histogram",
+                )
+            ),
         }
     )
 
@@ -148,6 +163,7 @@ def duplicates(
             "merged": summary["merged"],
             "transitions": result.intents.num_rows,
             "sample": sample_markdown(table, ["cluster_id", "canonical", "loser", "score"]),
+            "cluster_sizes": _cluster_sizes_md(result, "Duplicate clusters"),
         }
     )
 
@@ -198,8 +214,14 @@ def consolidation(
             "dry_run": True,
             "transitions": result.intents.num_rows,
             "sample": sample_markdown(table, ["cluster_id", "canonical", "loser", "score", "tag_union"]),
+            "cluster_sizes": _cluster_sizes_md(result, "Near-duplicate clusters (gated)"),
         }
     )
+
+
+def _cluster_sizes_md(result, title: str) -> dg.MetadataValue:
+    sizes = [1 + len(c.losers) for c in result.clusters]
+    return dg.MetadataValue.md(markdown_image(cluster_sizes(sizes, title), title))
 
 
 def _contradiction_pairs(wh, as_of) -> pa.Table | None:

@@ -49,7 +49,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import numpy as np
@@ -438,8 +438,7 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
 # Per-memory parsing (a Python loop over memories, never over pairs)
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(NamedTuple):  # NamedTuples: built once per memory, ten times cheaper than frozen dataclasses
     subject: str
     relation: str
     value: str
@@ -451,8 +450,7 @@ class Claim:
         return self.subject if self.relation == COPULAR_RELATION else f"{self.subject} {self.relation}"
 
 
-@dataclass(frozen=True)
-class Quantities:
+class Quantities(NamedTuple):
     template: str  # the text with every quantity replaced by its placeholder, without function words
     label: str  # the same with function words, for reasons
     numbers: tuple[str, ...]
@@ -649,7 +647,7 @@ def scan_quantities(text: str, rules: RuleBook, tokens: Sequence[str] | None = N
     words = "".join(parts).split()
     label = " ".join(words)  # readable, for reasons
     template = " ".join(t for t in words if t not in rules.function_words)  # the comparison key
-    unit_tokens = tokens_of(text[unit_after:]) if unit_after is not None else []
+    unit = _TOKEN.search(text, unit_after) if unit_after is not None else None
     return Quantities(
         template=template,
         label=label,
@@ -659,7 +657,7 @@ def scan_quantities(text: str, rules: RuleBook, tokens: Sequence[str] | None = N
         temporals_text=tuple(temporals_text),
         yearless=yearless,
         first_number=first_number,
-        unit=unit_tokens[0] if unit_tokens else None,
+        unit=unit.group(0) if unit else None,
         time_minutes=time_minutes,
         date=date,
     )

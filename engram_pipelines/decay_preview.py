@@ -7,7 +7,6 @@ accesses assumed in between). Retention shows each row's next transition from it
 from __future__ import annotations
 
 import datetime as dt
-import io
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,26 +123,12 @@ def preview_decay(memories: pa.Table, config: Config, now: dt.datetime, at: dt.d
 
 def score_distribution_png(preview: DecayPreview, stale_threshold: float) -> bytes:
     """Histogram of decay scores now vs at the preview date, with the stale threshold drawn."""
-    import matplotlib
+    from engram_pipelines.plots import score_overlay
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    now = preview.scores_now["score"].drop_null().to_numpy()
-    then = preview.scores_then["score"].drop_null().to_numpy()
-    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
-    bins = np.linspace(0, 1, 41)
-    ax.hist(now, bins=bins, alpha=0.6, label=f"now (as of {_day(preview.now)})", color="#2a7ab0")
-    ax.hist(then, bins=bins, alpha=0.6, label=f"then ({_day(preview.at)})", color="#d0663a")
-    ax.axvline(stale_threshold, color="#444", linestyle="--", linewidth=1)
-    ax.text(stale_threshold, ax.get_ylim()[1] * 0.95, f" stale < {stale_threshold}", fontsize=8, va="top")
-    ax.set_xlabel("decay score")
-    ax.set_ylabel("memories")
-    ax.set_title("Decay score distribution, now vs preview date")
-    ax.legend()
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    return score_overlay(
+        preview.scores_now["score"].drop_null().to_numpy(),
+        preview.scores_then["score"].drop_null().to_numpy(),
+        labels=(f"now (as of {_day(preview.now)})", f"then ({_day(preview.at)})"),
+        threshold=stale_threshold,
+        title="Decay score distribution, now vs preview date",
+    )

@@ -1,0 +1,91 @@
+"""Plots people would rather look at than read: PNG bytes, rendered headless (matplotlib's Agg backend)."""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+BLUE, ORANGE, GREY = "#2a7ab0", "#d0663a", "#444444"
+
+
+def _png(fig: plt.Figure) -> bytes:
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def markdown_image(png: bytes, alt: str) -> str:
+    """A Markdown image with the PNG inlined, for asset metadata and self-contained reports."""
+    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+def score_histogram(scores: np.ndarray, *, threshold: float, title: str) -> bytes:
+    fig, ax = plt.subplots(figsize=(7, 3.4), dpi=110)
+    ax.hist(scores[np.isfinite(scores)], bins=np.linspace(0, 1, 41), color=BLUE)
+    ax.axvline(threshold, color=GREY, linestyle="--", linewidth=1)
+    ax.text(threshold, ax.get_ylim()[1] * 0.95, f" stale < {threshold}", fontsize=8, va="top")
+    ax.set(xlabel="decay score", ylabel="memories", title=title)
+    return _png(fig)
+
+
+def score_overlay(
+    now: np.ndarray, then: np.ndarray, *, labels: tuple[str, str], threshold: float, title: str
+) -> bytes:
+    """Two score distributions over each other (the decay preview's now vs then)."""
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    bins = np.linspace(0, 1, 41)
+    ax.hist(now, bins=bins, alpha=0.6, label=labels[0], color=BLUE)
+    ax.hist(then, bins=bins, alpha=0.6, label=labels[1], color=ORANGE)
+    ax.axvline(threshold, color=GREY, linestyle="--", linewidth=1)
+    ax.text(threshold, ax.get_ylim()[1] * 0.95, f" stale < {threshold}", fontsize=8, va="top")
+    ax.set(xlabel="decay score", ylabel="memories", title=title)
+    ax.legend()
+    return _png(fig)
+
+
+def similarity_histogram(scores: np.ndarray, thresholds: dict[str, float]) -> bytes:
+    """Pair cosines with each configured threshold drawn and named."""
+    fig, ax = plt.subplots(figsize=(7, 3.4), dpi=110)
+    low = min([*thresholds.values(), float(scores.min()) if scores.size else 1.0])
+    ax.hist(scores, bins=np.linspace(low, 1.0, 40), color=BLUE)
+    top = ax.get_ylim()[1]
+    for i, (name, value) in enumerate(sorted(thresholds.items(), key=lambda kv: kv[1])):
+        ax.axvline(value, color=ORANGE, linestyle="--", linewidth=1)
+        ax.text(value, top * (0.95 - 0.1 * i), f" {name} {value}", fontsize=8, va="top", color=ORANGE)
+    ax.set(xlabel="cosine similarity", ylabel="pairs", title="Similar pairs by cosine, with the thresholds")
+    return _png(fig)
+
+
+def cluster_sizes(sizes: Sequence[int], title: str) -> bytes:
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
+    values, counts = np.unique(np.asarray(sizes, dtype=int), return_counts=True) if len(sizes) else ([], [])
+    ax.bar([str(v) for v in values], counts, color=BLUE)
+    ax.set(xlabel="members per cluster (canonical + losers)", ylabel="clusters", title=title)
+    return _png(fig)
+
+
+def changes_by_op(counts: dict[str, dict[str, int]], title: str) -> bytes:
+    """Stacked bars: one bar per key (a namespace or a date), one colour per op."""
+    keys = sorted(counts)
+    ops = sorted({op for per in counts.values() for op in per})
+    fig, ax = plt.subplots(figsize=(7.5, 3.6), dpi=110)
+    bottom = np.zeros(len(keys))
+    colours = plt.get_cmap("tab20")
+    for i, op in enumerate(ops):
+        heights = np.array([counts[k].get(op, 0) for k in keys], dtype=float)
+        ax.bar(keys, heights, bottom=bottom, label=op, color=colours(i % 20))
+        bottom += heights
+    ax.set(ylabel="changes", title=title)
+    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    if ops:
+        ax.legend(fontsize=7, ncols=2)
+    return _png(fig)
