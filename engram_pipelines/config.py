@@ -45,7 +45,7 @@ def _positive_finite(value: float, name: str) -> float:
 
 
 class CueRule(_Section):
-    """A content cue: any of `words` found (as a whole word) in the lower-cased content adds `weight`."""
+    """A content cue: any of `words` found at a word start in the content (any case) adds `weight`."""
 
     words: list[str]
     weight: float

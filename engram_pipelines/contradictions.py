@@ -582,16 +582,16 @@ _DIGIT_RUN = re.compile(r"\d+")
 
 
 def _quantity_starts(text: str, tokens: Sequence[str], rules: RuleBook) -> list[int]:
-    """Where a quantity can begin: a quantity word, or each run of digits inside a token ("$5", "5-10")."""
-    starts: list[int] = []
-    cursor = 0
-    for token in tokens:
-        at = text.find(token, cursor)
-        cursor = at + len(token)
-        if token in rules.quantity_words:
-            starts.append(at)
-        elif not token.isalpha():
-            starts.extend(at + m.start() for m in _DIGIT_RUN.finditer(token))
+    """Where a quantity can begin: each run of digits ("$5", "5-10", "9:30"), or a quantity word ("noon")."""
+    starts = [m.start() for m in _DIGIT_RUN.finditer(text)]
+    if not rules.quantity_words.isdisjoint(tokens):
+        cursor = 0
+        for token in tokens:
+            at = text.find(token, cursor)
+            cursor = at + len(token)
+            if token in rules.quantity_words:
+                starts.append(at)
+        starts.sort()
     return starts
 
 

@@ -93,6 +93,10 @@ def execute_job(
         elif event.event_type_value == "ASSET_CHECK_EVALUATION":
             evaluation = event.event_specific_data
             summary["checks"][evaluation.check_name] = bool(evaluation.passed)
+        elif event.event_type_value == "STEP_SUCCESS":
+            summary.setdefault("step_seconds", {})[event.step_key] = round(
+                event.event_specific_data.duration_ms / 1000.0, 3
+            )
         elif event.event_type_value == "STEP_FAILURE" and "error" not in summary:
             error = event.event_specific_data.error
             summary["error"] = (
