@@ -20,7 +20,14 @@ from engram_pipelines.plots import changes_by_op, markdown_image
 from engram_pipelines.progress import LogProgress
 
 # The analyses whose proposals the change set gathers; each is an asset of the same name.
-ANALYSIS_SOURCES: list[str] = ["decay_scores", "promotions", "retention", "duplicates", "consolidation"]
+ANALYSIS_SOURCES: list[str] = [
+    "decay_scores",
+    "promotions",
+    "retention",
+    "contradictions",
+    "duplicates",
+    "consolidation",
+]
 
 APPLY_POOL = "engram_apply"
 

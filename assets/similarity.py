@@ -125,7 +125,7 @@ def similarity_pairs(
 
 @dg.asset(
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", similarity_pairs],
+    deps=["memory_snapshot", similarity_pairs, "contradictions"],
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
@@ -170,7 +170,7 @@ def duplicates(
 
 @dg.asset(
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", similarity_pairs, duplicates],
+    deps=["memory_snapshot", similarity_pairs, duplicates, "contradictions"],
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
@@ -224,8 +224,6 @@ def _cluster_sizes_md(result, title: str) -> dg.MetadataValue:
     return dg.MetadataValue.md(markdown_image(cluster_sizes(sizes, title), title))
 
 
-def _contradiction_pairs(wh, as_of) -> pa.Table | None:
+def _contradiction_pairs(wh, as_of) -> pa.Table:
     """Pairs the contradiction analysis found this run (a changed value is not a duplicate)."""
-    if not wh.has_table("contradictions", as_of):
-        return None
     return wh.read_table("contradictions", as_of, columns=["left_id", "right_id"])

@@ -196,6 +196,8 @@ class EmbeddingsConfig(_Section):
 
 class ContradictionConfig(_Section):
     policy: str = "flag"  # MEMORY_CONTRADICTION_POLICY: flag | supersede
+    # Word lists and patterns of the rules (YAML); None uses engram_pipelines/data/contradiction_rules.yaml.
+    rules_path: str | None = None
 
     @field_validator("policy")
     @classmethod

@@ -220,6 +220,8 @@ class RuleBook:
     month_number: Mapping[str, int] = field(repr=False, default_factory=dict)
     weekday_name: Mapping[str, str] = field(repr=False, default_factory=dict)
     explicit_keys: tuple[str, ...] = ("contradicts",)
+    contractions: Mapping[str, str] = field(repr=False, default_factory=dict)
+    contraction_pattern: re.Pattern[str] | None = field(repr=False, default=None)
 
     @property
     def polar_pair_count(self) -> int:
@@ -401,6 +403,7 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
         raw, source
     )
     function_words = frozenset(words("function_words"))
+    contractions = {str(k).lower(): str(v).lower() for k, v in (raw.get("contractions") or {}).items()}
     single_token_cues = {
         w for w in [*negation_words, *change_words, *subject_stops, *value_stops] if " " not in w
     }
@@ -431,6 +434,10 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
         month_number=month_number,
         weekday_name=weekday_name,
         explicit_keys=tuple(raw.get("explicit_keys", ["contradicts"])),
+        contractions=contractions,
+        contraction_pattern=_optional_pattern([r"\b(?:" + _relation_alternation(contractions) + r")\b"])
+        if contractions
+        else None,
     )
 
 
@@ -438,7 +445,7 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
 # Per-memory parsing (a Python loop over memories, never over pairs)
 
 
-class Claim(NamedTuple):  # NamedTuples: built once per memory, ten times cheaper than frozen dataclasses
+class Claim(NamedTuple):  # NamedTuples: built for every memory, and cheaper to build than frozen dataclasses
     subject: str
     relation: str
     value: str
@@ -468,6 +475,13 @@ def normalise(text: str) -> str:
     """Lowercase, straight apostrophes, single spaces, no trailing sentence punctuation."""
     text = text.replace("\u2019", "'").replace("\u2018", "'").lower()
     return " ".join(text.split()).rstrip(" .!?;")
+
+
+def expand_contractions(text: str, rules: RuleBook) -> str:
+    """ "i'm" -> "i am" (on `normalise`d text), as the rules file lists them."""
+    if rules.contraction_pattern is None or "'" not in text:
+        return text
+    return rules.contraction_pattern.sub(lambda m: rules.contractions[m.group(0)], text)
 
 
 def tokens_of(text: str) -> list[str]:
@@ -698,7 +712,7 @@ def _without_years(temporals: Sequence[str]) -> str:
 
 def memory_row(memory_id: str, content: str, rules: RuleBook) -> dict[str, Any]:
     """The features of one memory (one FEATURES_SCHEMA row)."""
-    text = normalise(content or "")
+    text = expand_contractions(normalise(content or ""), rules)
     tokens = tokens_of(text)
     hits = rules.cues.first_hits(tokens)
     claim = _claim(text, tokens, hits, rules)
@@ -1019,7 +1033,9 @@ class _PairMasks:
     explicit: np.ndarray
 
 
-def _values_compatible_mask(m: _MemoryArrays, older: np.ndarray, newer: np.ndarray, same_claim: np.ndarray):
+def _values_compatible_mask(
+    m: _MemoryArrays, older: np.ndarray, newer: np.ndarray, same_claim: np.ndarray
+) -> np.ndarray:
     """Same claim and the same value or one value contained in the other; subset checks only where needed."""
     compatible = same_claim & (m.value[older] == m.value[newer])
     todo = np.flatnonzero(same_claim & ~compatible)
@@ -1084,7 +1100,9 @@ def _join(*parts: pa.Array | str) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
-def _polar_labels(m: _MemoryArrays, older: np.ndarray, newer: np.ndarray, rules: RuleBook):
+def _polar_labels(
+    m: _MemoryArrays, older: np.ndarray, newer: np.ndarray, rules: RuleBook
+) -> tuple[pa.Array, pa.Array]:
     """(older label, newer label) arrays for polar pairs: the lowest-numbered opposite pair decides."""
     pair_index = np.full(len(older), -1, dtype=np.int64)
     older_first = np.zeros(len(older), dtype=bool)
@@ -1103,7 +1121,9 @@ def _polar_labels(m: _MemoryArrays, older: np.ndarray, newer: np.ndarray, rules:
     return pa.array(older_labels, pa.string()), pa.array(newer_labels, pa.string())
 
 
-def _reasons(rule: str, f: pa.Table, older: np.ndarray, newer: np.ndarray, m: _MemoryArrays, rules: RuleBook):
+def _reasons(
+    rule: str, f: pa.Table, older: np.ndarray, newer: np.ndarray, m: _MemoryArrays, rules: RuleBook
+) -> pa.Array:
     """The reason strings of the pairs one rule fired for (older/newer are feature row indices)."""
 
     def take(column: str, rows: np.ndarray) -> pa.Array:
@@ -1139,9 +1159,10 @@ def _reasons(rule: str, f: pa.Table, older: np.ndarray, newer: np.ndarray, m: _M
 def detect(pairs: pa.Table, features: pa.Table, rules: RuleBook) -> pa.Table:
     """The pairs that contradict, with newer/older ids, the rule and its reason; other pair columns pass through.
 
-    `pairs`: left_id, right_id, left_created_at, right_created_at, optionally `explicit` (bool), anything else.
-    `features`: `memory_features` of (at least) every id in the pairs; pairs with an unknown id only fire on
-    `explicit`. The caller guarantees both sides share a namespace.
+    `pairs`: left_id, right_id, left_created_at, right_created_at (timestamps; on a tie the right row is the
+    newer), optionally `explicit` (bool), anything else. `features`: `memory_features` of (at least) every id in
+    the pairs; a pair with an unknown id only fires on `explicit`. The caller guarantees both sides share a
+    namespace. Output rows keep the order of `pairs`.
     """
     m = _MemoryArrays.of(features, rules)
     left = _row_index(pairs["left_id"], features["id"], m.size)

@@ -5,19 +5,21 @@ Two engines behind one function, chosen per group:
 - exact: blocked matrix products over the upper triangle of the group, tiles of ~4096 rows. Groups of a few
   rows are padded to a common size and joined in batches (one batched matmul for hundreds of groups), so ten
   thousand namespaces of 20 rows cost what their rows cost, not ten thousand Python round trips.
-- cells: spherical k-means cells trained on a sample; each row is owned by its nearest cell and probed into its
-  `nprobe` nearest cells; each cell's owners are joined (matrix products) with its owners and its probers. A
-  pair is found when either row probes the other's cell. `nprobe` is calibrated per group on a random sample of
-  rows whose pairs are found by brute force, so that recall of the >= threshold pairs meets `recall_target` on
-  clustered and near-uniform data alike; when the calibrated join would not be clearly cheaper than exact, the
-  group falls back to exact.
+- cells: spherical k-means cells trained on a sample; each row is owned by its nearest cell and also probes
+  every cell whose centroid is within a margin of its nearest one's (rows deep inside a cell probe none,
+  rows on a border probe their neighbours: measured half the work of a fixed number of nearest cells for
+  the same recall); each cell's owners are joined (matrix products) with its later owners and its probers. A
+  pair is found when either row probes the other's cell. The margin is calibrated per group on a random
+  sample of rows whose pairs are found by brute force, so that recall of the >= threshold pairs meets
+  `recall_target` on clustered and near-uniform data alike; when the calibrated join would not be clearly
+  cheaper than exact, the group falls back to exact.
 
 Membership is decided in float32: a pair is in when its score, rounded to float32, is >= float32(threshold).
 Pairs within a hair of the threshold are re-scored in float64 from the float32 rows, so the exact and cell
 paths (and different tile shapes) agree on them. Work runs on one Python thread per core, each with BLAS at
 one thread (measured faster here than one thread driving a 2-thread BLAS). Memory: tiles are streamed; the
-largest transient objects are one reordered copy of the biggest cell-joined group (rows x dim float32) and its
-probe table (rows x nprobe int32); only the returned pairs grow with the output.
+largest transient objects are the biggest cell-joined group's probe list and position arrays (a few int64
+per row); only the returned pairs grow with the output.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ _CALIBRATION_ROWS = (512, 1024, 2048)  # grown while too few pairs are seen
 _MIN_CALIBRATION_PAIRS = 400  # fewer cannot show a 0.99 recall with any margin
 _MIN_CALIBRATION_UNITS = 30  # sampled rows that have pairs
 _CALIBRATION_Z = 2.0
+_MAX_PROBES = 128  # cells a row may probe (own included): bounds the probe table and the cost of a bad case
+_ASSIGN_ROWS = 8192
 # A cell join estimated to cost more than this share of exact is not worth its recall loss.
 _FALLBACK_RATIO = 0.5
 
@@ -67,8 +71,10 @@ class PairResult:
     right: np.ndarray  # int64
     score: np.ndarray  # float32 cosine (inputs are L2-normalised)
     method_by_group: dict[int, str] = field(default_factory=dict)  # group code -> "exact" | "cells"
-    nprobe_by_group: dict[int, int] = field(default_factory=dict)  # cell-joined groups: probes used
-    cells_by_group: dict[int, int] = field(default_factory=dict)  # cell-joined groups: number of cells
+    # Cell-joined groups: number of cells, the probe margin used, cells joined per row (own included).
+    cells_by_group: dict[int, int] = field(default_factory=dict)
+    margin_by_group: dict[int, float] = field(default_factory=dict)
+    probes_by_group: dict[int, float] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.left)
@@ -83,14 +89,16 @@ def similar_pairs(
     progress: Progress | None = None,
     seed: int = 0,
     recall_target: float = DEFAULT_RECALL_TARGET,
-    nprobe: int | None = None,
+    margin: float | None = None,
     cells: int | None = None,
 ) -> PairResult:
     """Every pair i < j with groups[i] == groups[j] and cosine >= threshold, sorted by (left, right).
 
-    Groups of up to `exact_cutoff` rows are joined exactly; bigger ones by the cell join (recall of the
-    >= threshold pairs at least `recall_target`, calibrated per group unless `nprobe` is given). Deterministic
-    for the same input and seed.
+    Groups of up to `exact_cutoff` rows are joined exactly; bigger ones by the cell join, with `cells` cells
+    (default about sqrt(rows)) and a row probing every cell within `margin` cosine of its nearest (by
+    default calibrated per group so that recall of the >= threshold pairs is at least `recall_target`; a
+    group where that would not be clearly cheaper than exact is joined exactly). Deterministic for the same
+    input and seed.
     """
     matrix, codes = _validated(vectors, groups, threshold, recall_target)
     progress = progress or SilentProgress()
@@ -112,14 +120,15 @@ def similar_pairs(
     chunks = _run_items(exact_items, progress, "similar pairs: exact tiles", workers)
 
     for code, rows in large:
-        plan = _plan_cell_join(matrix, rows, t32, recall_target, nprobe, cells, seed, workers)
+        plan = _plan_cell_join(matrix, rows, t32, recall_target, margin, cells, seed, workers)
         if plan is None:
             items = _exact_group_items(matrix, rows, t32)
             chunks += _run_items(items, progress, f"similar pairs: group {code} exact tiles", workers)
             continue
         methods[code] = "cells"
-        result.nprobe_by_group[code] = plan.nprobe
         result.cells_by_group[code] = plan.cells
+        result.margin_by_group[code] = plan.margin
+        result.probes_by_group[code] = plan.probes_per_row
         chunks += _run_items(plan.items, progress, f"similar pairs: group {code} cells", workers)
         del plan  # the reordered copy of the group goes before the next group's is built
 
@@ -189,7 +198,14 @@ def _sorted_pairs(chunks: Sequence[Hits], n_rows: int) -> Hits:
     left = np.concatenate([c[0] for c in chunks])
     right = np.concatenate([c[1] for c in chunks])
     score = np.concatenate([c[2] for c in chunks])
-    order = np.argsort(left * np.int64(n_rows) + right)
+    keys = left * np.int64(n_rows) + right
+    order = np.argsort(keys)
+    keys = keys[order]
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = (
+        keys[1:] != keys[:-1]
+    )  # the cell join finds a pair twice when each row probes the other's cell
+    order = order[first]
     return left[order], right[order], score[order]
 
 
@@ -341,8 +357,9 @@ def _small_batch_item(matrix: np.ndarray, table: np.ndarray, t32: np.float32) ->
 @dataclass
 class _CellPlan:
     items: list[Callable[[], Hits]]
-    nprobe: int
     cells: int
+    margin: float
+    probes_per_row: float  # cells a row is joined against on average, its own included
 
 
 def _plan_cell_join(
@@ -350,37 +367,35 @@ def _plan_cell_join(
     rows: np.ndarray,
     t32: np.float32,
     recall_target: float,
-    nprobe: int | None,
+    margin: float | None,
     cells: int | None,
     seed: int,
     workers: int,
 ) -> _CellPlan | None:
-    """Trains the cells, calibrates the probes and lays out the tiles; None when exact is the better deal."""
+    """Trains the cells, calibrates the probe margin and lays out the tiles; None when exact is the better deal
+    (only decided for a calibrated margin: one given by the caller is obeyed)."""
     size = len(rows)
     rng = np.random.default_rng(seed)
     cells = min(size, _default_cells(size) if cells is None else max(1, cells))
     train_rows = np.sort(rng.choice(size, min(size, cells * _TRAIN_ROWS_PER_CELL), replace=False))
     centroids, train_labels = _train_centroids(matrix[rows[train_rows]], cells, rng)
-    cell_share = np.bincount(train_labels, minlength=cells) / len(train_labels)
+    owners_per_cell = np.bincount(train_labels, minlength=cells) * (size / len(train_labels))
 
-    if nprobe is None:
-        nprobe, sample_centroid_sims = _calibrate(matrix, rows, centroids, t32, recall_target, rng)
-    else:
-        nprobe = int(np.clip(nprobe, 1, cells))
-        sample = rows[np.sort(rng.choice(size, min(size, _CALIBRATION_ROWS[0]), replace=False))]
-        sample_centroid_sims = matrix[sample] @ centroids.T
-    if _cell_cost(sample_centroid_sims, cell_share, nprobe, size) > _FALLBACK_RATIO * size * size / 2:
-        return None
-
-    owner, probes = _assign(matrix, rows, centroids, nprobe, workers)
-    return _CellPlan(_cell_items(matrix, rows, owner, probes, cells, t32), nprobe, cells)
+    if margin is None:
+        margin, sample_sims = _calibrate(matrix, rows, centroids, t32, recall_target, rng)
+        join_cost = size * (_probed(sample_sims, margin) @ owners_per_cell).mean()
+        if join_cost + size * cells > _FALLBACK_RATIO * size * size / 2:
+            return None
+    owner, prober_row, prober_cell = _assign(matrix, rows, centroids, margin, workers)
+    items = _cell_items(matrix, rows, owner, prober_row, prober_cell, cells, t32)
+    return _CellPlan(items, cells, margin, 1.0 + len(prober_row) / size)
 
 
 def _default_cells(size: int) -> int:
-    """About sqrt(2 x rows) cells: assigning rows to cells costs rows x cells, the join rows x nprobe x
-    rows / cells, and nprobe is ~2 on clustered data, so this balances the two; at least _MIN_ROWS_PER_CELL
-    rows a cell so that the products stay big enough for BLAS to run near its peak."""
-    balanced = round(math.sqrt(2 * size))
+    """About sqrt(rows) cells: training and assigning the cells grow with their number, the join shrinks with
+    it; measured at 100k and 1M rows, sqrt(rows) balances them. At least _MIN_ROWS_PER_CELL rows a cell so
+    that the products stay big enough for BLAS to run near its peak."""
+    balanced = round(math.sqrt(size))
     return int(np.clip(min(balanced, size // _MIN_ROWS_PER_CELL), _MIN_CELLS, _MAX_CELLS))
 
 
@@ -389,7 +404,6 @@ def _train_centroids(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Spherical k-means (cosine): unit centroids, and the sample's labels under them."""
     centroids = sample[rng.choice(len(sample), cells, replace=False)].copy()
-    labels = np.zeros(len(sample), dtype=np.int64)
     for _ in range(_KMEANS_ITERATIONS):
         labels, best = _nearest(sample, centroids)
         centroids = _unit_means(sample, labels, cells)
@@ -419,6 +433,18 @@ def _unit_means(vectors: np.ndarray, labels: np.ndarray, cells: int) -> np.ndarr
     return np.divide(means, norms, out=np.zeros_like(means), where=norms > 0)
 
 
+def _probed(sims: np.ndarray, margin: float) -> np.ndarray:
+    """Which cells each row probes: those whose centroid similarity is within `margin` of the row's best
+    (its own cell's), at most _MAX_PROBES of them (the nearest)."""
+    probed = sims >= sims.max(axis=1, keepdims=True) - np.float32(margin)
+    crowded = np.flatnonzero(probed.sum(axis=1) > _MAX_PROBES)
+    if crowded.size:
+        nearest = np.argpartition(-sims[crowded], _MAX_PROBES - 1, axis=1)[:, :_MAX_PROBES]
+        probed[crowded] = False
+        probed[crowded[:, None], nearest] = True
+    return probed
+
+
 def _calibrate(
     matrix: np.ndarray,
     rows: np.ndarray,
@@ -426,31 +452,72 @@ def _calibrate(
     t32: np.float32,
     recall_target: float,
     rng: np.random.Generator,
-) -> tuple[int, np.ndarray]:
-    """Smallest nprobe whose recall on the pairs of a random row sample clears `recall_target` with margin,
-    and the sample's centroid similarities (for the cost estimate).
+) -> tuple[float, np.ndarray]:
+    """Smallest probe margin whose recall on the pairs of a random row sample clears `recall_target` with
+    margin to spare, and the sample's centroid similarities (for the cost estimate).
 
-    Pairs of random rows are a uniform sample of all pairs, so the share of them that n probes find estimates
-    the recall of n probes. Where pairs are too rare to show the target that way (near-uniform
-    data), pairs made at exactly the threshold in random directions stand in: the hardest pairs a row can
-    have, so the probes they need are a conservative bound.
+    Pairs of random rows are a uniform sample of all pairs, so the share of them that a margin finds estimates
+    its recall. Where pairs are too rare to show the target that way (near-uniform data), pairs made at
+    exactly the threshold in random directions stand in: the hardest pairs a row can have, so the margin they
+    need is a conservative one.
     """
     size = len(rows)
     for sample_size in _CALIBRATION_ROWS:
         sample = rows[np.sort(rng.choice(size, min(size, sample_size), replace=False))]
-        source_row, needs = _probes_needed(matrix, rows, sample, centroids, t32)
+        source_row, needs = _sample_pair_needs(matrix, rows, sample, centroids, t32)
         biggest_sample_pairs = len(needs) * min(size, _CALIBRATION_ROWS[-1]) / len(sample)
         if len(needs) >= _MIN_CALIBRATION_PAIRS or biggest_sample_pairs < _MIN_CALIBRATION_PAIRS:
             break  # enough pairs, or so few that no affordable sample would have enough
     sample_sims = matrix[sample] @ centroids.T
-    cells = len(centroids)
-    chosen = _smallest_sufficient_nprobe(source_row, needs, recall_target, cells)
+    chosen = _smallest_sufficient_margin(source_row, needs, recall_target)
     if chosen is None:
         made_source, made = _made_pair_needs(matrix[sample], sample_sims, centroids, float(t32), rng)
-        chosen = _smallest_sufficient_nprobe(made_source, made, recall_target, cells) or cells
-        if len(needs):
-            chosen = max(chosen, int(np.quantile(needs, recall_target, method="higher")))
+        chosen = _smallest_sufficient_margin(made_source, made, recall_target)
+        chosen = math.inf if chosen is None else chosen
+        finite = needs[np.isfinite(needs)]
+        if finite.size:
+            chosen = max(chosen, float(np.quantile(finite, recall_target, method="higher")))
     return chosen, sample_sims
+
+
+def _sample_pair_needs(
+    matrix: np.ndarray, rows: np.ndarray, sample: np.ndarray, centroids: np.ndarray, t32: np.float32
+) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of the sampled rows (found by brute force against the group) as (sampled row's index in
+    `sample`, probe margin needed to find the pair)."""
+    queries = matrix[sample]
+    pair_query, pair_other = [], []
+    for start in range(0, len(rows), 2 * TILE_ROWS):
+        block = rows[start : start + 2 * TILE_ROWS]
+        q, o = np.nonzero(queries @ _gather(matrix, block).T >= t32)
+        distinct = sample[q] != block[o]
+        pair_query.append(q[distinct])
+        pair_other.append(block[o[distinct]])
+    query_of_pair, other_row = np.concatenate(pair_query), np.concatenate(pair_other)
+    needs = np.empty(len(query_of_pair), dtype=np.float32)
+    if query_of_pair.size == 0:
+        return query_of_pair, needs
+    others, other_of_pair = np.unique(other_row, return_inverse=True)
+    query_sims = queries @ centroids.T
+    other_sims = matrix[others] @ centroids.T
+    for start in range(0, len(needs), 4096):
+        part = slice(start, start + 4096)
+        needs[part] = _margin_needed(query_sims[query_of_pair[part]], other_sims[other_of_pair[part]])
+    return query_of_pair, needs
+
+
+def _margin_needed(first_sims: np.ndarray, second_sims: np.ndarray) -> np.ndarray:
+    """The smallest margin that finds each pair (row i of both): one of the two rows must probe the other's
+    cell; 0 when they share a cell, inf when the probe cap would cut both off."""
+    first_owner, second_owner = first_sims.argmax(axis=1), second_sims.argmax(axis=1)
+    return np.minimum(_gap_to(first_sims, second_owner), _gap_to(second_sims, first_owner))
+
+
+def _gap_to(sims: np.ndarray, cell: np.ndarray) -> np.ndarray:
+    at_cell = sims[np.arange(len(sims)), cell]
+    gap = sims.max(axis=1) - at_cell
+    gap[(sims > at_cell[:, None]).sum(axis=1) >= _MAX_PROBES] = np.inf
+    return gap
 
 
 def _made_pair_needs(
@@ -461,184 +528,139 @@ def _made_pair_needs(
     rng: np.random.Generator,
     partners_per_row: int = 2,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Probes needed by partners made for each query row at cosine `threshold`, in random directions."""
+    """Margins needed by partners made for each query row at cosine `threshold`, in random directions."""
     needs = []
-    query_owner = query_sims.argmax(axis=1)
     for _ in range(partners_per_row):
         away = rng.standard_normal(queries.shape, dtype=np.float32)
         away -= (away * queries).sum(axis=1, keepdims=True) * queries  # orthogonal to the query row
         away /= np.linalg.norm(away, axis=1, keepdims=True)
         partners = threshold * queries + np.float32(math.sqrt(1.0 - threshold * threshold)) * away
-        partner_sims = partners @ centroids.T
-        partner_owner = partner_sims.argmax(axis=1)
-        q_rank, p_rank = _rank_of(query_sims, partner_owner), _rank_of(partner_sims, query_owner)
-        needs.append(1 + np.minimum(q_rank, p_rank))
+        needs.append(_margin_needed(query_sims, partners @ centroids.T))
     return np.tile(np.arange(len(queries)), partners_per_row), np.concatenate(needs)
 
 
-def _probes_needed(
-    matrix: np.ndarray, rows: np.ndarray, sample: np.ndarray, centroids: np.ndarray, t32: np.float32
-) -> tuple[np.ndarray, np.ndarray]:
-    """The pairs of the sampled rows (found by brute force against the group) as (sampled row's index in
-    `sample`, probes needed to find the pair): 1 + the better of the two rows' rank of the other's cell."""
-    queries = matrix[sample]
-    pair_query, pair_other = [], []
-    for start in range(0, len(rows), 2 * TILE_ROWS):
-        block = rows[start : start + 2 * TILE_ROWS]
-        q, o = np.nonzero(queries @ _gather(matrix, block).T >= t32)
-        distinct = sample[q] != block[o]
-        pair_query.append(q[distinct])
-        pair_other.append(block[o[distinct]])
-    query_of_pair, other_row = np.concatenate(pair_query), np.concatenate(pair_other)
-    if query_of_pair.size == 0:
-        return query_of_pair, np.zeros(0, dtype=np.int64)
-    others, other_of_pair = np.unique(other_row, return_inverse=True)
-    query_sims = queries @ centroids.T
-    other_sims = matrix[others] @ centroids.T
-    query_owner, other_owner = query_sims.argmax(axis=1), other_sims.argmax(axis=1)
-    needs = np.empty(len(query_of_pair), dtype=np.int64)
-    for start in range(0, len(needs), 4096):
-        part = slice(start, start + 4096)
-        qp, op = query_of_pair[part], other_of_pair[part]
-        q_rank = _rank_of(query_sims[qp], other_owner[op])
-        o_rank = _rank_of(other_sims[op], query_owner[qp])
-        needs[part] = 1 + np.minimum(q_rank, o_rank)
-    return query_of_pair, needs
-
-
-def _rank_of(sims: np.ndarray, cell: np.ndarray) -> np.ndarray:
-    """0-based rank of `cell` in each row of centroid similarities (0 = the row's nearest cell)."""
-    return (sims > sims[np.arange(len(sims)), cell][:, None]).sum(axis=1)
-
-
-def _smallest_sufficient_nprobe(
-    source_row: np.ndarray, needs: np.ndarray, recall_target: float, cells: int
-) -> int | None:
-    """Smallest nprobe whose estimated recall, less its margin, clears `recall_target`; None if the sample
-    is too small to show it.
+def _smallest_sufficient_margin(
+    source_row: np.ndarray, needs: np.ndarray, recall_target: float
+) -> float | None:
+    """Smallest margin whose estimated recall, less its uncertainty, clears `recall_target`; None if the
+    sample is too small to show it.
 
     A sampled row's pairs are not independent draws (one sub-topic split between two cells costs many of them
-    at once), so the margin is that of a ratio estimator with the sampled rows as clusters: the spread of the
-    rows' miss counts, not a binomial over pairs.
+    at once), so the uncertainty is that of a ratio estimator with the sampled rows as clusters: the spread of
+    the rows' miss counts, not a binomial over pairs.
     """
-    if len(needs) < _MIN_CALIBRATION_PAIRS:
+    finite = needs[np.isfinite(needs)]
+    if len(needs) < _MIN_CALIBRATION_PAIRS or finite.size == 0:
         return None
     _, unit = np.unique(source_row, return_inverse=True)
     units = int(unit.max()) + 1
     if units < _MIN_CALIBRATION_UNITS:
         return None
-    per_need = np.bincount(unit * (cells + 1) + np.minimum(needs, cells), minlength=units * (cells + 1))
-    found = np.cumsum(per_need.reshape(units, cells + 1), axis=1)  # column k: pairs found with k probes
-    pairs = found[:, -1].astype(np.float64)
+    quantiles = np.linspace(max(0.0, recall_target - 0.02), 1.0, 401)
+    candidates = np.unique(np.concatenate([[0.0], np.quantile(finite, quantiles, method="higher")]))
+    column = np.searchsorted(candidates, needs)  # first candidate that finds the pair; inf: none
+    width = len(candidates) + 1
+    per_column = np.bincount(unit * width + column, minlength=units * width).reshape(units, width)
+    found = np.cumsum(per_column, axis=1)[:, :-1]  # column j: pairs found with margin candidates[j]
+    pairs = per_column.sum(axis=1).astype(np.float64)
     misses = pairs[:, None] - found
     miss_rate = misses.sum(axis=0) / pairs.sum()
     residual = misses - miss_rate[None, :] * pairs[:, None]
     standard_error = np.sqrt(units / (units - 1) * (residual**2).sum(axis=0)) / pairs.sum()
     enough = miss_rate + _CALIBRATION_Z * standard_error <= 1.0 - recall_target
-    enough[0] = False  # column 0 is "no probes"
-    return int(np.argmax(enough)) if enough.any() else None
-
-
-def _cell_cost(sample_centroid_sims: np.ndarray, cell_share: np.ndarray, nprobe: int, size: int) -> float:
-    """Estimated row-pair products of the join (each row against the owners of the cells it probes) plus the
-    assignment (each row against every centroid)."""
-    cells = sample_centroid_sims.shape[1]
-    probed = _top_cells(sample_centroid_sims, nprobe)
-    owners_probed = cell_share[probed].sum(axis=1).mean() * size
-    return size * owners_probed + size * cells
-
-
-def _top_cells(sims: np.ndarray, count: int) -> np.ndarray:
-    if count >= sims.shape[1]:
-        return np.broadcast_to(np.arange(sims.shape[1]), sims.shape)
-    return np.argpartition(sims, sims.shape[1] - count, axis=1)[:, -count:]
+    return float(candidates[np.argmax(enough)]) if enough.any() else None
 
 
 def _assign(
-    matrix: np.ndarray, rows: np.ndarray, centroids: np.ndarray, nprobe: int, workers: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's owner (nearest cell) and its `nprobe` nearest cells (owner included), as int32."""
+    matrix: np.ndarray, rows: np.ndarray, centroids: np.ndarray, margin: float, workers: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's owner (nearest cell), and the (row, cell) probes beyond it, rows as positions in `rows`."""
     owner = np.empty(len(rows), dtype=np.int32)
-    probes = np.empty((len(rows), nprobe), dtype=np.int32)
 
-    def assign_block(start: int) -> None:
-        block = slice(start, start + 8192)
-        sims = _gather(matrix, rows[block]) @ centroids.T
-        owner[block] = sims.argmax(axis=1)
-        probes[block] = _top_cells(sims, nprobe)
+    def assign_block(start: int) -> tuple[np.ndarray, np.ndarray]:
+        sims = _gather(matrix, rows[start : start + _ASSIGN_ROWS]) @ centroids.T
+        own = sims.argmax(axis=1)
+        owner[start : start + len(own)] = own
+        probed = _probed(sims, margin)
+        probed[np.arange(len(own)), own] = False
+        r, c = np.nonzero(probed)
+        return start + r, c.astype(np.int32)
 
     with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
-        list(pool.map(assign_block, range(0, len(rows), 8192)))
-    return owner, probes
+        parts = list(pool.map(assign_block, range(0, len(rows), _ASSIGN_ROWS)))
+    prober_row = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    prober_cell = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=np.int32)
+    return owner, prober_row, prober_cell
 
 
 def _cell_items(
-    matrix: np.ndarray, rows: np.ndarray, owner: np.ndarray, probes: np.ndarray, cells: int, t32: np.float32
+    matrix: np.ndarray,
+    rows: np.ndarray,
+    owner: np.ndarray,
+    prober_row: np.ndarray,
+    prober_cell: np.ndarray,
+    cells: int,
+    t32: np.float32,
 ) -> list[Callable[[], Hits]]:
     """Tiles of every cell: its owners against its later owners (upper triangle) and against its probers.
 
-    The group is copied once in owner order, so a cell's owners are consecutive rows (views, no gathers).
+    Tiles gather their own rows (a few MB each, into memory the allocator reuses) rather than the group
+    being copied in owner order up front: at 1M rows that copy is 1.5 GB of fresh pages, which cost ~5 s
+    on this machine's VM before any work. A pair found from both sides (each row probes the other's cell)
+    comes out twice; the final sort drops the second. Biggest tiles first, so the two threads finish
+    together.
     """
     by_owner = np.argsort(owner, kind="stable")
-    ordered = matrix[rows[by_owner]]
-    original = rows[by_owner]  # position in `ordered` -> row of the input
-    owner_at = owner[by_owner]
-    probes_at = probes[by_owner]
+    original = rows[by_owner]  # position in owner order -> row of the input
+    position = np.empty(len(rows), dtype=np.int64)
+    position[by_owner] = np.arange(len(rows))
     owner_start = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=cells))])
-
-    prober_pos, prober_cell = np.nonzero(probes_at != owner_at[:, None])
-    prober_cell = probes_at[prober_pos, prober_cell]
     by_cell = np.argsort(prober_cell, kind="stable")
-    prober_pos, prober_cell = prober_pos[by_cell], prober_cell[by_cell]
-    prober_start = np.searchsorted(prober_cell, np.arange(cells + 1))
+    prober_pos = position[prober_row[by_cell]]
+    prober_start = np.searchsorted(prober_cell[by_cell], np.arange(cells + 1))
 
-    context = _CellContext(ordered, original, owner_at, probes_at, t32)
-    items = []
+    context = _CellContext(matrix, original, t32)
+    sized_items: list[tuple[int, Callable[[], Hits]]] = []
     for cell in range(cells):
         lo, hi = owner_start[cell], owner_start[cell + 1]
-        if hi == lo:
-            continue
         probers = prober_pos[prober_start[cell] : prober_start[cell + 1]]
         for r0 in range(lo, hi, TILE_ROWS):
             r1 = min(r0 + TILE_ROWS, hi)
             for c0 in range(r0, hi, TILE_ROWS):
-                items.append(context.owner_tile(r0, r1, c0, min(c0 + TILE_ROWS, hi)))
+                c1 = min(c0 + TILE_ROWS, hi)
+                sized_items.append(((r1 - r0) * (c1 - c0), context.owner_tile(r0, r1, c0, c1)))
             for p0 in range(0, len(probers), 2 * TILE_ROWS):
-                items.append(context.prober_tile(cell, r0, r1, probers[p0 : p0 + 2 * TILE_ROWS]))
-    return items
+                block = probers[p0 : p0 + 2 * TILE_ROWS]
+                sized_items.append(((r1 - r0) * len(block), context.prober_tile(r0, r1, block)))
+    sized_items.sort(key=lambda sized: -sized[0])  # stable: ties keep their (deterministic) order
+    return [item for _, item in sized_items]
 
 
 @dataclass
 class _CellContext:
-    ordered: np.ndarray  # the group's rows in owner order
-    original: np.ndarray  # position -> input row
-    owner_at: np.ndarray  # position -> owner cell
-    probes_at: np.ndarray  # position -> probed cells
+    matrix: np.ndarray  # the input
+    original: np.ndarray  # position in owner order -> input row; a cell's owners are consecutive positions
     t32: np.float32
 
     def owner_tile(self, r0: int, r1: int, c0: int, c1: int) -> Callable[[], Hits]:
         def run() -> Hits:
-            diagonal = 0 if c0 == r0 else None  # the first column tile starts at the row tile: same rows
-            r, c, s = _tile_hits(self.ordered[r0:r1], self.ordered[c0:c1], self.t32, diagonal)
-            return self._as_pairs(r0 + r, c0 + c, s)
+            owners = _gather(self.matrix, self.original[r0:r1])
+            if c0 == r0:  # the first column tile starts at the row tile: the same rows
+                r, c, s = _tile_hits(owners, owners, self.t32, 0)
+            else:
+                r, c, s = _tile_hits(owners, _gather(self.matrix, self.original[c0:c1]), self.t32)
+            return self._as_pairs(self.original[r0 + r], self.original[c0 + c], s)
 
         return run
 
-    def prober_tile(self, cell: int, r0: int, r1: int, probers: np.ndarray) -> Callable[[], Hits]:
+    def prober_tile(self, r0: int, r1: int, probers: np.ndarray) -> Callable[[], Hits]:
         def run() -> Hits:
-            r, c, s = _tile_hits(self.ordered[r0:r1], self.ordered[probers], self.t32)
-            owner_pos, prober_pos = r0 + r, probers[c]
-            # The pair is also found in the prober's own cell when the owner row probes it; keep it once,
-            # in the lower-numbered cell.
-            prober_cell = self.owner_at[prober_pos]
-            seen_there = (self.probes_at[owner_pos] == prober_cell[:, None]).any(axis=1) & (
-                prober_cell < cell
-            )
-            keep = ~seen_there
-            return self._as_pairs(owner_pos[keep], prober_pos[keep], s[keep])
+            owners = _gather(self.matrix, self.original[r0:r1])
+            r, c, s = _tile_hits(owners, self.matrix[self.original[probers]], self.t32)
+            return self._as_pairs(self.original[r0 + r], self.original[probers[c]], s)
 
         return run
 
-    def _as_pairs(self, p: np.ndarray, q: np.ndarray, s: np.ndarray) -> Hits:
-        a, b = self.original[p], self.original[q]
+    @staticmethod
+    def _as_pairs(a: np.ndarray, b: np.ndarray, s: np.ndarray) -> Hits:
         return np.minimum(a, b), np.maximum(a, b), s

@@ -221,6 +221,12 @@ def test_polar_guards(older, newer):
         ),
         ("I like tea", "I like coffee", "value swap: i likes 'tea' vs 'coffee'"),
         ("Alice is 30", "Alice is 31 years old", "value swap: alice '30' vs '31 years old'"),
+        (
+            "I'm based in Berlin",
+            "I am based in Paris",
+            "value swap: i is based in 'berlin' vs 'paris'",
+        ),  # contraction
+        ("We're using Postgres", "We use MySQL", "value swap: we uses 'postgres' vs 'mysql'"),
     ],
 )
 def test_value_swap_fires_on_the_same_subject_with_another_value(older, newer, reason):

@@ -101,9 +101,9 @@ def test_the_cell_join_probing_every_cell_finds_exactly_the_exact_pairs() -> Non
     groups = np.zeros(3000, dtype=np.int64)
     exact = similar_pairs(vectors, groups, 0.8)
 
-    everything = similar_pairs(vectors, groups, 0.8, exact_cutoff=500, cells=20, nprobe=20)
+    everything = similar_pairs(vectors, groups, 0.8, exact_cutoff=500, cells=20, margin=2.0)
 
-    assert everything.method_by_group == {0: "cells"} and everything.nprobe_by_group == {0: 20}
+    assert everything.method_by_group == {0: "cells"} and everything.probes_by_group == {0: 20.0}
     assert_well_formed(everything)
     assert pair_set(everything) == pair_set(exact)
     np.testing.assert_allclose(everything.score, exact.score, atol=2e-6)
@@ -149,7 +149,7 @@ def test_the_same_input_gives_the_same_output() -> None:
     np.testing.assert_array_equal(first.left, second.left)
     np.testing.assert_array_equal(first.right, second.right)
     np.testing.assert_array_equal(first.score, second.score)
-    assert first.nprobe_by_group == second.nprobe_by_group
+    assert first.margin_by_group == second.margin_by_group
 
 
 @pytest.mark.parametrize("rows", [0, 1])

@@ -1,0 +1,54 @@
+"""Contradictions: same-topic pairs that make different claims, surfaced (flag) or resolved (supersede)."""
+
+import dagster as dg
+
+from assets.metadata import sample_markdown, standard
+from assets.partitions import as_of_date, as_of_partitions
+from assets.resources import EngramConfigResource, WarehouseResource
+from engram_pipelines.contradiction_policy import CONTRADICTION_SCHEMA, find_contradictions
+
+
+@dg.asset(
+    partitions_def=as_of_partitions,
+    deps=["memory_snapshot", "similarity_pairs"],
+    group_name="analysis",
+    kinds={"duckdb", "parquet"},
+    owners=["team:data-platform"],
+    description=(
+        "Contradiction candidates from three sources: similar pairs in the band [0.80, 0.97) "
+        "(MEMORY_CONTRADICTION_THRESHOLD[_MAX]); a structural DuckDB join on parsed (namespace, subject, relation) "
+        "with differing values, whatever the cosine; explicit metadata.contradicts links. Confirmed by "
+        "deterministic rules, in order: negation asymmetry, change indicator in the newer row, polar opposites, "
+        "value swap (relational and copular forms), numeric and time values (word lists in "
+        "contradiction_rules.yaml). Policy flag (default, auto): both rows marked contradictionWith and a "
+        "contradicts link; supersede (gated): the older row is superseded by the newer. Rows of a contradiction "
+        "are never merged by the duplicate or consolidation steps."
+    ),
+)
+def contradictions(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config = engram_config.load()
+    as_of = as_of_date(context)
+    wh = warehouse.get()
+    memories = wh.read_table(
+        "memories",
+        as_of,
+        columns=["id", "namespace", "content", "created_at", "metadata", "superseded_by", "pinned"],
+    )
+    result = find_contradictions(memories, wh.read_table("similarity_pairs", as_of), config)
+    wh.write_table("contradictions", as_of, result.table)
+    wh.write_proposals("contradictions", as_of, result.intents)
+    context.log.info(f"contradictions: {result.by_rule} found by source {result.found_by_source}")
+    return dg.MaterializeResult(
+        metadata={
+            **standard(CONTRADICTION_SCHEMA, result.table.num_rows),
+            "policy": config.contradiction.policy,
+            "by_rule": dg.MetadataValue.json(result.by_rule),
+            "candidates_by_source": dg.MetadataValue.json(result.candidates_by_source),
+            "found_by_source": dg.MetadataValue.json(result.found_by_source),
+            "samples_by_rule": dg.MetadataValue.json(result.samples),
+            "transitions": result.intents.num_rows,
+            "sample": sample_markdown(result.table, ["older_id", "newer_id", "rule", "reason", "sources"]),
+        }
+    )

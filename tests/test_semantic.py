@@ -1,0 +1,530 @@
+"""Semantic extraction on small hand-built vectors; and `World`, an in-memory store the analysis tests share."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from engram_pipelines import records
+from engram_pipelines.changes.compose import compose
+from engram_pipelines.config import Config
+from engram_pipelines.pairs import vector_pairs
+from engram_pipelines.semantic import (
+    NodeState,
+    coherent_clusters,
+    node_id_for,
+    semantic_extraction,
+)
+from engram_pipelines.timestamps import format_timestamp, parse_timestamp
+from engram_pipelines.vectors import vector_schema
+from tests.lifecycle_helpers import AS_OF, days_ago, snapshot
+
+DIM = 8
+MODEL = "test-8"
+
+
+# -- shared helpers ------------------------------------------------------------------------------------------
+def direction(degrees: float, toward: int = 1, dim: int = DIM) -> list[float]:
+    """A unit vector at `degrees` from e0 toward e_toward (same plane: the cosine is cos of the gap)."""
+    v = [0.0] * dim
+    v[0], v[toward] = math.cos(math.radians(degrees)), math.sin(math.radians(degrees))
+    return v
+
+
+def axis(k: int, dim: int = DIM) -> list[float]:
+    v = [0.0] * dim
+    v[k] = 1.0
+    return v
+
+
+def episode(
+    memory_id: str, vector: list[float] | None, conversation: str | None, **fields: Any
+) -> dict[str, Any]:
+    metadata = dict(fields.pop("metadata", {}))
+    if conversation is not None:
+        metadata.setdefault("conversation_id", conversation)
+        metadata.setdefault("project_id", "p1")
+    return {
+        "id": memory_id,
+        "content": f"note {memory_id}",
+        "embedding": vector,
+        "embedding_model": MODEL if vector is not None else None,
+        "metadata": metadata,
+        "created_at": days_ago(20),
+        "updated_at": days_ago(20),
+        **fields,
+    }
+
+
+def link(src: str, dst: str, kind: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "namespace": "ns1",
+        "src_id": src,
+        "dst_id": dst,
+        "kind": kind,
+        "weight": 1.0,
+        "origin": "agent",
+        "created_at": days_ago(10),
+        "updated_at": days_ago(10),
+        "traversed_at": None,
+        **fields,
+    }
+
+
+def links_table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=records.LINK_SCHEMA)
+
+
+def vectors_of(memories: pa.Table) -> pa.Table:
+    with_vector = memories.filter(memories["embedding"].is_valid())
+    return pa.table(
+        {
+            "id": with_vector["id"],
+            "namespace": with_vector["namespace"],
+            "model": pa.array([MODEL] * with_vector.num_rows, pa.string()),
+            "source": pa.array(["stored"] * with_vector.num_rows, pa.string()),
+            "vector": with_vector["embedding"],
+        }
+    ).cast(vector_schema(DIM))
+
+
+def pairs_for(memories: pa.Table, threshold: float = 0.70) -> pa.Table:
+    found, _ = vector_pairs(vectors_of(memories), threshold, exact_cutoff=1000)
+    return found
+
+
+def ops(intents: pa.Table) -> list[tuple[str, str]]:
+    return sorted(zip(intents["op"].to_pylist(), intents["target_id"].to_pylist(), strict=True))
+
+
+def params_of(intents: pa.Table, op: str, target: str) -> dict[str, Any]:
+    for row in intents.to_pylist():
+        if row["op"] == op and row["target_id"] == target:
+            return json.loads(row["params"])
+    raise KeyError((op, target))
+
+
+@dataclass
+class World:
+    """Memories and links as python rows; `apply` composes intents and writes their post-images, as apply would.
+
+    Writes land three hours after the as-of instant (the nightly runs after the partition's day ends), so a link
+    the run upserted carries `updated_at` after the as-of instant, as in the store.
+    """
+
+    rows: list[dict[str, Any]]
+    links: list[dict[str, Any]] = field(default_factory=list)
+
+    def memories(self) -> pa.Table:
+        return snapshot(self.rows, dim=DIM)
+
+    def links_table(self) -> pa.Table:
+        return links_table(self.links)
+
+    def vectors(self) -> pa.Table:
+        return vectors_of(self.memories())
+
+    def pairs(self, threshold: float = 0.70) -> pa.Table:
+        return pairs_for(self.memories(), threshold)
+
+    def row(self, memory_id: str) -> dict[str, Any]:
+        return next(r for r in self.rows if r["id"] == memory_id)
+
+    def apply(
+        self, intents: pa.Table, at: dt.datetime, classes: tuple[str, ...] = ("auto", "gated")
+    ) -> World:
+        written = at + dt.timedelta(hours=3)
+        sets = compose(intents, self.memories(), as_of=(at - dt.timedelta(days=1)).date(), at=at, job="test")
+        rows = {r["id"]: copy.deepcopy(r) for r in self.rows}
+        links = {(x["src_id"], x["dst_id"], x["kind"]): dict(x) for x in self.links}
+        for klass in classes:
+            for change in sets[klass].to_pylist():
+                _apply_change(change, rows, links, written)
+        return World(list(rows.values()), list(links.values()))
+
+
+def _apply_change(
+    change: dict[str, Any],
+    rows: dict[str, dict[str, Any]],
+    links: dict[tuple[str, str, str], dict[str, Any]],
+    written: dt.datetime,
+) -> None:
+    patch = json.loads(change["patch"])
+    target = change["target_id"]
+    match change["op"]:
+        case "update":
+            row = rows[target]
+            for column, value in patch.items():
+                timestamp = column in records.TIMESTAMP_COLUMNS and value is not None
+                row[column] = parse_timestamp(value) if timestamp else value
+            row["version"] = row.get("version", 1) + 1
+            row["updated_at"] = written
+        case "delete":
+            rows.pop(target)
+        case "insert":
+            row = {
+                k: (parse_timestamp(v) if k in records.TIMESTAMP_COLUMNS and v else v)
+                for k, v in patch.items()
+            }
+            rows[row["id"]] = row
+        case "link_upsert":
+            key = (patch["src_id"], patch["dst_id"], patch["kind"])
+            before = links.get(key)
+            links[key] = {
+                "namespace": patch["namespace"],
+                "src_id": key[0],
+                "dst_id": key[1],
+                "kind": key[2],
+                "weight": patch["weight"],
+                "origin": patch.get("origin", "pipeline"),
+                "created_at": before["created_at"] if before else written,
+                "updated_at": written,
+                "traversed_at": before["traversed_at"] if before else None,
+            }
+        case "link_delete":
+            links.pop((patch["src_id"], patch["dst_id"], patch["kind"]), None)
+
+
+# -- semantic helpers ----------------------------------------------------------------------------------------
+def run(world: World, at: dt.datetime = AS_OF, config: Config | None = None) -> tuple[pa.Table, pa.Table]:
+    return semantic_extraction(
+        world.memories(), world.links_table(), world.pairs(), world.vectors(), config or Config(), at
+    )
+
+
+def state(**fields: Any) -> dict[str, Any]:
+    base = {
+        "probability": 0.6,
+        "confidence": 0.7,
+        "tier": "corroborated",
+        "sources": [],
+        "lost": [],
+        "contexts": 0,
+        "variability": 1.0,
+        "cycles": 1,
+        "cycleAt": format_timestamp(days_ago(5)),
+        "reinforcedAt": format_timestamp(days_ago(5)),
+        "decayedAt": None,
+        "createdAt": format_timestamp(days_ago(40)),
+        "representative": "",
+        "dissent": [],
+    }
+    base.update(fields)
+    base["contexts"] = base["contexts"] or len(base["sources"])
+    base["representative"] = base["representative"] or base["sources"][0]
+    return base
+
+
+def node_row(node_id: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "id": node_id,
+        "kind": "semantic",
+        "tier": "ltm",
+        "content": "a known fact",
+        "created_at": days_ago(40),
+        "metadata": {"semantic": state(**fields)},
+    }
+
+
+def node_state(world_or_intents: World | pa.Table, node_id: str) -> dict[str, Any]:
+    if isinstance(world_or_intents, World):
+        return world_or_intents.row(node_id)["metadata"]["semantic"]
+    for row in world_or_intents.to_pylist():
+        if row["target_id"] == node_id and row["op"] == "insert_memory":
+            return json.loads(row["params"])["row"]["metadata"]["semantic"]
+        if row["target_id"] == node_id and row["op"] == "set_metadata":
+            return json.loads(row["params"])["values"]["semantic"]
+    raise KeyError(node_id)
+
+
+def three_close(conversations: tuple[str, str, str], namespace: str = "ns1", prefix: str = "e") -> list[dict]:
+    return [
+        episode(f"{prefix}{i}", direction(angle), conv, namespace=namespace)
+        for i, (angle, conv) in enumerate(zip((0.0, 4.0, 8.0), conversations, strict=True))
+    ]
+
+
+# -- the issue's examples ------------------------------------------------------------------------------------
+def test_three_close_memories_from_three_conversations_give_one_corroborated_node():
+    world = World(three_close(("c1", "c2", "c3")) + [episode("far", axis(3), "c9")])
+    result, intents = run(world)
+    node_id = node_id_for("ns1", ["e0", "e1", "e2"])
+    assert ops(intents) == [
+        ("insert_memory", node_id),
+        *sorted(("upsert_link", f"{node_id}|{s}|derived-from") for s in ("e0", "e1", "e2")),
+    ]
+    row = params_of(intents, "insert_memory", node_id)["row"]
+    assert row["kind"] == "semantic" and row["tier"] == "ltm" and row["namespace"] == "ns1"
+    assert row["content"] == "note e1"  # the medoid (the middle vector)
+    assert row["created_at"] == format_timestamp(AS_OF)
+    s = row["metadata"]["semantic"]
+    assert s["tier"] == "corroborated" and s["sources"] == ["e0", "e1", "e2"] and s["contexts"] == 3
+    assert s["cycles"] == 1 and s["representative"] == "e1"
+    # The prior for the first source, then one reinforcement per further source.
+    assert s["confidence"] == pytest.approx(1 - 0.5 * 0.9**2, abs=1e-6)
+    assert s["probability"] == pytest.approx(1 - 0.5 * 0.95**2, abs=1e-6)
+    assert result.filter(pa.compute.equal(result["action"], "create")).num_rows == 1
+    assert set(intents["review_class"].to_pylist()) == {"auto"} and set(intents["source"].to_pylist()) == {
+        "semantic"
+    }
+
+
+def test_the_same_three_from_one_conversation_give_none():
+    world = World(three_close(("c1", "c1", "c1")))
+    result, intents = run(world)
+    assert intents.num_rows == 0
+    assert result["action"].to_pylist() == ["reject"]
+    assert "variability 0.33" in result["reason"][0].as_py()
+
+
+def test_memories_without_context_metadata_share_one_context():
+    rows = [episode(f"e{i}", direction(a), None) for i, a in enumerate((0.0, 4.0, 8.0))]
+    _, intents = run(World(rows))
+    assert intents.num_rows == 0
+
+
+def eight_sources_world(new_conversation: str = "c8") -> World:
+    sources = [f"s{i}" for i in range(7)]
+    rows = [episode(s, direction(2.0 * i), f"c{i}") for i, s in enumerate(sources)]
+    rows.append(episode("s7", direction(14.0), new_conversation))
+    rows.append(node_row("n1", sources=sources, confidence=0.85, tier="assessed", cycles=3))
+    return World(rows, [link("n1", s, "derived-from") for s in sources])
+
+
+def test_a_node_with_seven_sources_and_confidence_085_becomes_baseline_at_its_eighth():
+    world = eight_sources_world()
+    result, intents = run(world)
+    s = node_state(intents, "n1")
+    assert s["sources"] == [f"s{i}" for i in range(8)]
+    assert s["confidence"] == pytest.approx(0.85 + 0.15 * 0.1)
+    assert s["probability"] == pytest.approx(0.6 + 0.4 * 0.05)
+    assert s["tier"] == "baseline" and s["cycles"] == 4 and s["reinforcedAt"] == format_timestamp(AS_OF)
+    assert ("upsert_link", "n1|s7|derived-from") in ops(intents)
+    row = result.filter(pa.compute.equal(result["node_id"], "n1")).to_pylist()[0]
+    assert row["previous_tier"] == "assessed" and row["tier"] == "baseline" and row["new_sources"] == 1
+    # A baseline node: its close episodic rows are marked semanticCompressed (a marker, nothing hidden).
+    marked = {t for op, t in ops(intents) if op == "set_metadata" and t != "n1"}
+    assert marked == {f"s{i}" for i in range(8)}
+    mark = params_of(intents, "set_metadata", "s3")["values"]["semanticCompressed"]
+    assert mark["node"] == "n1" and mark["score"] >= 0.85
+
+
+def test_a_node_not_reinforced_for_45_days_loses_confidence_once_per_cycle():
+    rows = [episode("a", direction(0), "c1"), episode("b", direction(60, toward=2), "c2")]
+    rows.append(
+        node_row("n1", sources=["a", "b"], confidence=0.7, reinforcedAt=format_timestamp(days_ago(45)))
+    )
+    world = World(rows)
+    _, intents = run(world)
+    assert ops(intents) == [("set_metadata", "n1")]
+    s = node_state(intents, "n1")
+    assert s["confidence"] == pytest.approx(0.7 * 0.95) and s["decayedAt"] == format_timestamp(AS_OF)
+    applied = world.apply(intents, AS_OF)
+    assert run(applied)[1].num_rows == 0  # the same cycle again: nothing
+    next_day = AS_OF + dt.timedelta(days=1)
+    assert node_state(run(applied, next_day)[1], "n1")["confidence"] == pytest.approx(0.7 * 0.95 * 0.95)
+
+
+def test_a_node_reinforced_29_days_ago_keeps_its_confidence():
+    rows = [episode("a", direction(0), "c1"), episode("b", direction(60, toward=2), "c2")]
+    rows.append(node_row("n1", sources=["a", "b"], reinforcedAt=format_timestamp(days_ago(29))))
+    assert run(World(rows))[1].num_rows == 0
+
+
+# -- the other rules -----------------------------------------------------------------------------------------
+def test_reinforcement_counts_only_new_sources_and_assessed_needs_two_cycles():
+    world = World(three_close(("c1", "c2", "c3")))
+    _, first = run(world)
+    world = world.apply(first, AS_OF)
+    node_id = node_id_for("ns1", ["e0", "e1", "e2"])
+    assert node_state(world, node_id)["tier"] == "corroborated"
+    # Next night a fourth memory from a fourth conversation: a second cycle, four sources, variability 1.
+    later = AS_OF + dt.timedelta(days=1)
+    world.rows.append(episode("e3", direction(6.0), "c4", created_at=AS_OF))
+    _, second = run(world, later)
+    s = node_state(second, node_id)
+    assert s["sources"] == ["e0", "e1", "e2", "e3"] and s["cycles"] == 2 and s["tier"] == "assessed"
+    assert s["confidence"] == pytest.approx(1 - 0.5 * 0.9**3, abs=1e-6)
+    assert ("upsert_link", f"{node_id}|e3|derived-from") in ops(second)
+    world = world.apply(second, later)
+    assert run(world, later)[1].num_rows == 0
+    assert run(world, later + dt.timedelta(days=1))[1].num_rows == 0
+
+
+def test_a_rerun_on_the_applied_store_proposes_nothing_but_time_driven_decay():
+    world = World(
+        three_close(("c1", "c2", "c3")) + three_close(("c1", "c2", "c3"), namespace="ns2", prefix="f")
+    )
+    _, intents = run(world)
+    assert len([o for o, _ in ops(intents) if o == "insert_memory"]) == 2
+    world = world.apply(intents, AS_OF)
+    assert run(world)[1].num_rows == 0
+    assert run(world, AS_OF + dt.timedelta(days=7))[1].num_rows == 0
+    _, stale = run(world, AS_OF + dt.timedelta(days=31))
+    assert {op for op, _ in ops(stale)} == {"set_metadata"} and stale.num_rows == 2
+    assert all(json.loads(p)["values"]["semantic"]["decayedAt"] for p in stale["params"].to_pylist())
+
+
+def test_the_same_input_gives_the_same_output():
+    world = eight_sources_world()
+    first, second = run(world), run(world)
+    assert first[0].equals(second[0]) and first[1].equals(second[1])
+
+
+def test_nothing_crosses_a_namespace():
+    rows = three_close(("c1", "c2", "c3"))
+    rows += [
+        episode("x0", direction(1.0), "c4", namespace="ns2"),
+        episode("x1", direction(2.0), "c5", namespace="ns2"),
+    ]
+    world = World(rows)
+    # A pair that claims ns1 but names an ns2 row is ignored (vector_pairs never makes one; a bad input might).
+    pairs = pa.concat_tables(
+        [
+            world.pairs(),
+            pa.Table.from_pylist(
+                [
+                    {
+                        "namespace": "ns1",
+                        "left_id": "e0",
+                        "right_id": "x0",
+                        "score": 0.99,
+                        "exact_content": False,
+                    }
+                ],
+                schema=world.pairs().schema,
+            ),
+        ]
+    )
+    _, intents = semantic_extraction(
+        world.memories(), world.links_table(), pairs, world.vectors(), Config(), AS_OF
+    )
+    inserts = [
+        json.loads(p)["row"]
+        for o, p in zip(intents["op"].to_pylist(), intents["params"].to_pylist(), strict=True)
+        if o == "insert_memory"
+    ]
+    by_namespace = {r["namespace"]: r["metadata"]["semantic"]["sources"] for r in inserts}
+    assert by_namespace == {"ns1": ["e0", "e1", "e2"], "ns2": ["x0", "x1"]}
+    for row in intents.to_pylist():
+        params = json.loads(row["params"])
+        ids = {row["target_id"].split("|")[0], params.get("dst_id")} - {None}
+        assert all(i.startswith("sem-") or {"ns1": "e", "ns2": "x"}[row["namespace"]] == i[0] for i in ids)
+
+
+def test_only_live_episodic_rows_are_evidence():
+    rows = three_close(("c1", "c2", "c3"))
+    rows[2]["superseded_by"] = "e0"
+    rows.append(episode("z", direction(2.0), "c4", zone="archived"))
+    rows.append(episode("k", direction(3.0), "c5", kind="summary"))
+    _, intents = run(World(rows))
+    inserts = [o for o, _ in ops(intents) if o == "insert_memory"]
+    assert len(inserts) == 1
+    assert node_state(intents, node_id_for("ns1", ["e0", "e1"]))["sources"] == ["e0", "e1"]
+
+
+def test_dissent_is_recorded_never_discarded():
+    rows = [
+        episode("a", direction(0.0), "c1"),
+        episode("b", direction(1.0), "c2"),
+        episode("c", direction(-1.0), "c3"),
+        episode("d", direction(3.0), "c4"),  # close, but says the opposite of a (more central than d)
+        episode("e", axis(4), "c5", metadata={"contradictionWith": ["b"]}),  # unrelated vector, contradicts b
+    ]
+    world = World(rows, [link("d", "a", "contradicts")])
+    _, intents = run(world)
+    node_id = node_id_for("ns1", ["a", "b", "c"])
+    s = node_state(intents, node_id)
+    assert s["sources"] == ["a", "b", "c"] and s["representative"] == "a"
+    assert [(d["id"], d["reason"]) for d in s["dissent"]] == [
+        ("d", f"contradicts a, a source in {_cluster_of(intents, node_id)}"),
+        ("e", "contradicts b"),
+    ]
+    world = world.apply(intents, AS_OF)
+    assert run(world)[1].num_rows == 0
+    # A new contradiction later is appended; the earlier dissent stays.
+    world.rows.append(episode("f", axis(5), "c6", metadata={"contradictionWith": ["c"]}))
+    later = AS_OF + dt.timedelta(days=1)
+    s = node_state(run(world, later)[1], node_id)
+    assert [d["id"] for d in s["dissent"]] == ["d", "e", "f"]
+
+
+def _cluster_of(intents: pa.Table, node_id: str) -> str:
+    return next(r["cluster_id"] for r in intents.to_pylist() if r["target_id"] == node_id)
+
+
+def test_cascade_scales_confidence_by_valid_over_total_once():
+    rows = [episode(s, direction(3.0 * i), f"c{i}") for i, s in enumerate(("s1", "s2", "s3"))]
+    rows[2]["superseded_by"] = "s1"
+    rows.append(
+        node_row("n1", sources=["s1", "s2", "s3", "s4"], confidence=0.8, tier="corroborated")
+    )  # s4 purged
+    world = World(rows)
+    _, intents = run(world)
+    s = node_state(intents, "n1")
+    assert s["confidence"] == pytest.approx(0.8 * 2 / 4) and s["lost"] == ["s3", "s4"]
+    assert s["tier"] == "corroborated" and s["sources"] == ["s1", "s2", "s3", "s4"]
+    world = world.apply(intents, AS_OF)
+    assert run(world)[1].num_rows == 0
+    # One more source lost later: the product stays valid / total (1/4).
+    world.row("s2")["zone"] = "purge_queue"
+    s = node_state(run(world, AS_OF + dt.timedelta(days=1))[1], "n1")
+    assert s["confidence"] == pytest.approx(0.8 / 4) and s["tier"] == "raw"
+
+
+def test_single_source_ceiling():
+    rows = [episode("a", direction(0), "c1"), node_row("n1", sources=["a"], confidence=0.9, tier="raw")]
+    s = node_state(run(World(rows))[1], "n1")
+    assert s["confidence"] == 0.6
+
+
+def test_episodic_rows_close_to_an_assessed_node_are_marked_and_far_ones_not():
+    sources = ["s0", "s1", "s2", "s3"]
+    rows = [episode(s, direction(2.0 * i), f"c{i}") for i, s in enumerate(sources)]
+    rows.append(episode("far", direction(50.0, toward=2), "c9"))  # cos ~0.64: no pair, no mark
+    rows.append(episode("done", direction(1.0), "c0", metadata={"semanticCompressed": {"node": "n1"}}))
+    rows.append(node_row("n1", sources=sources, tier="assessed", cycles=2))
+    _, intents = run(World(rows))
+    marked = {t for op, t in ops(intents) if op == "set_metadata" and t != "n1"}
+    assert marked == set(sources)
+    corroborated = [r if r["id"] != "n1" else node_row("n1", sources=sources, cycles=1) for r in rows]
+    assert not {t for op, t in ops(run(World(corroborated))[1]) if op == "set_metadata"} - {"n1"}
+
+
+def test_pinned_and_block_rows_are_never_hidden():
+    rows = three_close(("c1", "c2", "c3"))
+    rows[0]["pinned"] = True
+    rows.append(episode("blk", direction(2.0), "c7", kind="block"))
+    _, intents = run(World(rows))
+    assert set(intents["op"].to_pylist()) <= {"insert_memory", "upsert_link", "set_metadata"}
+
+
+def test_coherent_clusters_never_chain():
+    rows = [
+        episode("a", direction(0), "c1"),
+        episode("b", direction(40), "c2"),
+        episode("c", direction(80), "c3"),
+    ]
+    memories = snapshot(rows, dim=DIM)
+    clusters = coherent_clusters(pairs_for(memories), memories.select(["id", "namespace"]), 0.7, prefix="t")
+    assert all(not {"a", "c"} <= set(c.members) for c in clusters)
+
+
+def test_node_state_round_trips():
+    value = state(sources=["b", "a"], dissent=[{"id": "x", "reason": "r", "at": "t"}])
+    assert NodeState.from_json(value).to_json() == {**value, "sources": ["a", "b"]}
+
+
+def test_empty_inputs():
+    world = World([])
+    result, intents = semantic_extraction(
+        world.memories(), world.links_table(), world.pairs(), world.vectors(), Config(), AS_OF
+    )
+    assert result.num_rows == 0 and intents.num_rows == 0
