@@ -29,7 +29,8 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Attribute docstrings become field descriptions: docs/configuration.md is generated from them.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
 
 def _unit(value: float, name: str) -> float:
@@ -48,16 +49,22 @@ class CueRule(_Section):
     """A content cue: any of `words` found at a word start in the content (any case) adds `weight`."""
 
     words: list[str]
+    """Words (or word starts) that signal durable content."""
     weight: float
+    """Added to the base score when any word is found."""
 
 
 class EngramPolicy(_Section):
     """Seed 000's score: content and tag cues plus access recency with a half-life."""
 
-    half_life_days: float = 14.0  # MEMORY_IMPORTANCE_HALF_LIFE_DAYS
+    half_life_days: float = 14.0
+    """Recency half-life in days, from the last access (else creation)."""
     base: float = 0.35
+    """Score of a plain note at age 0."""
     access_boost_per_log2: float = 0.04
+    """Access boost per doubling of access_count."""
     access_boost_cap: float = 0.25
+    """The access boost never exceeds this."""
     cues: list[CueRule] = Field(
         default_factory=lambda: [
             CueRule(words=["decision", "decided", "resolved"], weight=0.18),
@@ -65,10 +72,15 @@ class EngramPolicy(_Section):
             CueRule(words=["milestone", "launch", "release", "deadline"], weight=0.10),
         ]
     )
+    """Content cues and their weights (each rule counts once)."""
     cue_tags: list[str] = Field(default_factory=lambda: ["critical", "important", "pinned"])
+    """A row tagged with any of these gets cue_tag_weight."""
     cue_tag_weight: float = 0.08
+    """Boost for a cue tag."""
     pin_boost: float = 0.25
+    """Boost for a pinned row (whose recency is also held at 1)."""
     pinned_floor: float = 0.9
+    """A pinned row never scores below this, under every policy."""
 
     @field_validator("half_life_days")
     @classmethod
@@ -80,6 +92,7 @@ class HalflifePolicy(_Section):
     """Seed 001: importance x 0.5^(age_hours / half_life_hours)."""
 
     half_life_hours: float = 24.0 * 14
+    """Half-life in hours, from creation."""
 
     @field_validator("half_life_hours")
     @classmethod
@@ -91,9 +104,11 @@ class EbbinghausPolicy(_Section):
     """Seed 004: max(S e^(-lambda t) x repetition bonus, S x floor), per-kind half-lives."""
 
     half_life_days: float = 7.0
+    """Half-life in days for kinds not listed in kind_half_life_days (<= 0 or inf: never decays)."""
     floor_multiplier: float = 0.1
+    """A score never falls below importance x this."""
     repetition_boost: float = 1.5
-    # Seed 004's memory tiers; a kind missing here uses half_life_days. `inf` (or <= 0) never decays.
+    """Bonus 1 + log10(access + 1) x (boost - 1) for accessed rows."""
     kind_half_life_days: dict[str, float] = Field(
         default_factory=lambda: {
             "working": 0.5,
@@ -103,14 +118,20 @@ class EbbinghausPolicy(_Section):
             "archival": math.inf,
         }
     )
+    """Half-life per kind (seed 004's tiers); inf never decays."""
     review_threshold: float = 0.3
+    """The optimal review interval is the time until the score reaches this."""
 
 
 class DecayConfig(_Section):
+    """How memories lose (and regain) their score; a stale mark is metadata only."""
+
     policy: DecayPolicyName = "engram"
-    # Per-kind override of the policy, e.g. {"semantic": "ebbinghaus"}.
+    """engram (seed 000), halflife (seed 001) or ebbinghaus (seed 004)."""
     kind_policy: dict[str, DecayPolicyName] = Field(default_factory=dict)
-    stale_threshold: float = 0.3  # MEMORY_DECAY_STALE_SCORE_THRESHOLD
+    """Per-kind override of the policy, e.g. {semantic: ebbinghaus}."""
+    stale_threshold: float = 0.3
+    """Scores below this are marked stale (the row still recalls); a row that recovers loses the mark."""
     engram: EngramPolicy = Field(default_factory=EngramPolicy)
     halflife: HalflifePolicy = Field(default_factory=HalflifePolicy)
     ebbinghaus: EbbinghausPolicy = Field(default_factory=EbbinghausPolicy)
@@ -122,22 +143,39 @@ class DecayConfig(_Section):
 
 
 class PromotionConfig(_Section):
-    stm_access_threshold: int = 3  # STM_CONSOLIDATION_ACCESS_THRESHOLD
-    stm_importance_threshold: float = 0.5  # STM_CONSOLIDATION_IMPORTANCE_THRESHOLD
-    ltm_quota: int | None = None  # max LTM rows per namespace; None is unlimited
-    semantic_access_threshold: int = 10  # PROMOTION_THRESHOLD (strictly greater)
-    semantic_importance_threshold: float = 0.8  # strictly greater
+    """STM -> LTM (seed 000) and episodic -> semantic (seed 004)."""
+
+    stm_access_threshold: int = 3
+    """STM rows accessed at least this often are promoted to LTM..."""
+    stm_importance_threshold: float = 0.5
+    """...when their importance is at least this."""
+    ltm_quota: int | None = None
+    """Most LTM rows per namespace (highest decay score first); None is unlimited."""
+    semantic_access_threshold: int = 10
+    """Episodic rows accessed more than this often..."""
+    semantic_importance_threshold: float = 0.8
+    """...with importance above this become semantic."""
     semantic_min_inbound_links: int = 2
+    """Or: referenced (associated / derived-from links) by at least this many memories."""
     semantic_tags: list[str] = Field(default_factory=lambda: ["critical", "permanent"])
+    """Or: tagged with one of these."""
 
 
 class RetentionConfig(_Section):
-    archive_score_threshold: float = 0.15  # MEMORY_DECAY_PRUNE_SCORE_THRESHOLD
-    archive_older_than_days: float = 30.0  # MEMORY_DECAY_PRUNE_OLDER_THAN_DAYS
-    archive_age_days: float = 30.0  # ARCHIVE_AGE (seconds in the seed's env var)
+    """Active -> Archived -> PurgeQueue -> purged (seed 001); pinned rows and blocks are exempt."""
+
+    archive_score_threshold: float = 0.15
+    """Active rows scoring below this..."""
+    archive_older_than_days: float = 30.0
+    """...and older than this are archived."""
+    archive_age_days: float = 30.0
+    """Rows older than this that were never accessed are archived (ARCHIVE_AGE is in seconds)."""
     deprecated_tag: str = "deprecated"
-    archive_grace_days: float = 30.0  # archived -> purge_queue
-    purge_grace_days: float = 30.0  # purge_queue -> deleted
+    """Rows with this tag are archived."""
+    archive_grace_days: float = 30.0
+    """Archived this long: queued for purge."""
+    purge_grace_days: float = 30.0
+    """Queued this long: deleted, with a pre-image audit row for restore."""
 
     @model_validator(mode="after")
     def _check(self) -> RetentionConfig:
@@ -148,13 +186,22 @@ class RetentionConfig(_Section):
 
 
 class SimilarityConfig(_Section):
-    duplicate_threshold: float = 0.97  # MEMORY_DUPLICATE_THRESHOLD
-    merge_threshold: float = 0.85  # MEMORY_CONSOLIDATION_MERGE_THRESHOLD
-    contradiction_threshold: float = 0.80  # MEMORY_CONTRADICTION_THRESHOLD
-    contradiction_threshold_max: float = 0.97  # MEMORY_CONTRADICTION_THRESHOLD_MAX
+    """Cosine thresholds of the similarity bands (seeds 000, 001)."""
+
+    duplicate_threshold: float = 0.97
+    """At or above: duplicate collapse (auto)."""
+    merge_threshold: float = 0.85
+    """[merge, duplicate): review-gated consolidation."""
+    contradiction_threshold: float = 0.80
+    """Lower end of the contradiction band."""
+    contradiction_threshold_max: float = 0.97
+    """Upper end (exclusive) of the contradiction band."""
     association_threshold: float = 0.70
+    """[association, merge): associated links."""
     association_top_k: int = 5
-    exact_cutoff: int = 20_000  # namespaces larger than this use the approximate index
+    """Associated links per memory."""
+    exact_cutoff: int = 20_000
+    """Namespaces up to this size use exact matrix products, larger ones the cell join."""
 
     @model_validator(mode="after")
     def _check(self) -> SimilarityConfig:
@@ -189,15 +236,21 @@ class SimilarityConfig(_Section):
 
 
 class EmbeddingsConfig(_Section):
-    # "minilm" (the offline default) or "package.module:attribute" for your own (docs/embeddings.md).
+    """Which embedder fills in missing vectors (docs/embeddings.md)."""
+
     embedder: str = "minilm"
+    """minilm (offline all-MiniLM-L6-v2 int8) or package.module:attribute for your own."""
     batch_size: int = Field(64, ge=1)
+    """Texts per embedding batch."""
 
 
 class ContradictionConfig(_Section):
-    policy: str = "flag"  # MEMORY_CONTRADICTION_POLICY: flag | supersede
-    # Word lists and patterns of the rules (YAML); None uses engram_pipelines/data/contradiction_rules.yaml.
+    """What happens to a confirmed contradiction (seed 000)."""
+
+    policy: str = "flag"
+    """flag (both visible, marked, auto) or supersede (older hidden, gated); unknown values fall back to flag."""
     rules_path: str | None = None
+    """Word lists and patterns (YAML); empty uses the shipped contradiction_rules.yaml."""
 
     @field_validator("policy")
     @classmethod
@@ -212,57 +265,100 @@ class ContradictionConfig(_Section):
 
 
 class SemanticConfig(_Section):
+    """Semantic extraction with ICD 203 confidence tiers (seed 003)."""
+
     cluster_similarity_threshold: float = 0.7
+    """Episodic rows this similar form a pattern."""
     context_variability_threshold: float = 0.5
+    """Distinct (conversation, project) contexts / cluster size needed to extract."""
     min_sources_for_corroborated: int = 2
+    """Sources for the corroborated tier."""
     min_sources_for_assessed: int = 4
+    """Sources for the assessed tier..."""
     min_sources_for_baseline: int = 8
+    """Sources for the baseline tier..."""
     min_cycles_for_assessed: int = 2
+    """...and consolidation cycles for assessed."""
     min_confidence_for_baseline: float = 0.8
+    """...and confidence for baseline."""
     single_source_ceiling: float = 0.6
+    """Confidence cap while a node has one source."""
     stale_decay_rate: float = 0.95
+    """Anti-anchoring: confidence x this per cycle without reinforcement..."""
     stale_threshold_days: float = 30.0
+    """...once a node has not been reinforced for this long."""
     compression_threshold: float = 0.85
+    """Episodic rows this similar to an assessed/baseline node are marked semanticCompressed."""
 
 
 class CompressionConfig(_Section):
+    """Summaries of low-value clusters (seed 001); review-gated."""
+
     similarity_threshold: float = 0.75
+    """Members of a compression cluster are at least this similar."""
     max_importance: float = 0.3
+    """Only rows with importance at most this are compressed..."""
     max_score: float = 0.3
+    """...and decay score at most this."""
     min_cluster_size: int = 3
+    """Fewer members than this are left alone."""
 
 
 class TemporalConfig(_Section):
+    """Temporal edge maintenance (seed 003)."""
+
     decay_rate: float = 0.95
+    """Weight x this per cycle."""
     traversal_boost: float = 1.2
+    """And x this when traversed since the last cycle."""
     prune_threshold: float = 0.05
+    """Edges below this are deleted."""
     neighbor_k: int = 3
+    """Forward edges built per memory of a conversation."""
     forward_weight: float = 1.0
+    """Weight of a new forward edge."""
     backward_weight: float = 0.5
+    """Weight of a new backward edge (asymmetric contiguity)."""
 
 
 class ReviewConfig(_Section):
-    # Opt-in: the nightly job approves and applies the gated change set too (seed 000: off by default).
+    """The review gate."""
+
     auto_approve_gated: bool = False
+    """Opt in: the nightly job approves and applies the gated change set too (seed 000: off)."""
 
 
 class ApplyConfig(_Section):
+    """The CAS apply."""
+
     batch_size: int = 1000
+    """Changes per transaction."""
 
 
 class SnapshotConfig(_Section):
+    """The Parquet snapshot."""
+
     batch_size: int = 50_000
+    """Rows per streamed batch (bounds memory)."""
     embedding_dim: int = 384
+    """Vector size; rows with vectors of another size are quarantined."""
     max_invalid_fraction: float = 0.01
+    """The blocking check fails the run when more rows than this are quarantined."""
 
 
 class ScheduleConfig(_Section):
-    # Daily partitions are UTC days; each schedule runs for the day that just ended.
+    """Schedules; daily partitions are UTC days and each run is for the day that just ended."""
+
     nightly_enabled: bool = True
+    """The nightly schedule starts running when the code location loads."""
     nightly_hour: int = Field(3, ge=0, le=23)
+    """Hour (UTC) of the nightly run."""
     nightly_minute: int = Field(0, ge=0, le=59)
-    consolidate_enabled: bool = False  # seed 000: a scheduled merge runs without review
+    """Minute of the nightly run."""
+    consolidate_enabled: bool = False
+    """The consolidate schedule (seed 000: a scheduled merge runs without review, so off)."""
     consolidate_hour: int = Field(4, ge=0, le=23)
+    """Hour (UTC) of the consolidate run."""
 
 
 class NamespacePolicy(_Section):

@@ -237,34 +237,31 @@ class VectorIndex:
     """Unit vectors of the partition's `vectors` table, looked up by id; centroids within one model."""
 
     def __init__(self, vectors: pa.Table) -> None:
-        self.ids = vectors["id"].combine_chunks()
-        self.models = vectors["model"].combine_chunks()
+        ids = vectors["id"].to_pylist()
+        self._row = dict(zip(ids, range(len(ids)), strict=True))
+        self.models = np.asarray(vectors["model"].to_pylist(), dtype=object)
         dim = vectors.schema.field("vector").type.list_size
         flat = vectors["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
         matrix = np.asarray(flat, dtype=np.float32).reshape(-1, max(dim, 1))
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         self.matrix = matrix / np.where(norms == 0, 1.0, norms)
 
-    def rows(self, ids: Sequence[str]) -> np.ndarray:
+    def rows(self, ids: Iterable[str]) -> np.ndarray:
         """Row index of each id, -1 when it has no vector."""
-        if not ids:
-            return np.zeros(0, dtype=np.int64)
-        found = pc.index_in(pa.array(list(ids), pa.string()), value_set=self.ids).fill_null(-1)
-        return found.to_numpy(zero_copy_only=False).astype(np.int64)
+        return np.fromiter((self._row.get(i, -1) for i in ids), dtype=np.int64)
 
     def model_of(self, memory_id: str) -> str | None:
-        row = int(self.rows([memory_id])[0])
-        return None if row < 0 else self.models[row].as_py()
+        row = self._row.get(memory_id, -1)
+        return None if row < 0 else str(self.models[row])
 
-    def rows_of_model(self, ids: Sequence[str], model: str | None) -> np.ndarray:
+    def rows_of_model(self, ids: Iterable[str], model: str | None) -> np.ndarray:
         rows = self.rows(ids)
         rows = rows[rows >= 0]
-        if model is None or rows.size == 0:
+        if model is None:
             return rows[:0]
-        models = np.asarray(self.models.take(pa.array(rows)).to_pylist(), dtype=object)
-        return rows[models == model]
+        return rows[self.models[rows] == model]
 
-    def centroid(self, ids: Sequence[str], model: str | None) -> np.ndarray | None:
+    def centroid(self, ids: Iterable[str], model: str | None) -> np.ndarray | None:
         rows = self.rows_of_model(ids, model)
         if rows.size == 0:
             return None
@@ -273,7 +270,7 @@ class VectorIndex:
         return None if norm == 0 else mean / norm
 
     def cosine(self, memory_id: str, centroid: np.ndarray | None) -> float | None:
-        row = int(self.rows([memory_id])[0])
+        row = self._row.get(memory_id, -1)
         if row < 0 or centroid is None:
             return None
         return float(self.matrix[row] @ centroid)
@@ -453,13 +450,13 @@ class _Run:
     cfg: SemanticConfig
     at: dt.datetime
     facts: dict[str, dict[str, Any]]
-    all_facts: pa.Table
     partners: dict[str, set[str]]
     vectors: VectorIndex
     nodes: dict[str, _NodeWork]
     claimed: set[str]
     rejects: list[dict[str, Any]] = field(default_factory=list)
     _centroids: dict[tuple[str, str | None, bool], np.ndarray | None] = field(default_factory=dict)
+    _matrices: dict[tuple[str, str | None], tuple[list[str], np.ndarray]] = field(default_factory=dict)
 
     @property
     def when(self) -> str:
@@ -504,18 +501,30 @@ class _Run:
         """The existing node of this namespace and model closest to `centroid`, if at the threshold."""
         if centroid is None:
             return "", 0.0
-        best = ("", 0.0)
-        for node_id in sorted(self.nodes):
-            work = self.nodes[node_id]
-            if work.before is None or work.namespace != namespace or work.model != model:
-                continue
-            node_centroid = self.node_centroid(work)
-            if node_centroid is None:
-                continue
-            similarity = float(node_centroid @ centroid)
-            if similarity >= self.cfg.cluster_similarity_threshold and similarity > best[1]:
-                best = (node_id, similarity)
-        return best
+        ids, matrix = self._node_matrix(namespace, model)
+        if not ids:
+            return "", 0.0
+        similarity = matrix @ centroid
+        best = int(np.argmax(similarity))  # first maximum: ids are sorted, so ties go to the lowest id
+        if similarity[best] < self.cfg.cluster_similarity_threshold:
+            return "", 0.0
+        return ids[best], float(similarity[best])
+
+    def _node_matrix(self, namespace: str, model: str | None) -> tuple[list[str], np.ndarray]:
+        """Centroids of the nodes that existed before this run, per namespace and model (built once)."""
+        key = (namespace, model)
+        if key not in self._matrices:
+            ids, rows = [], []
+            for node_id in sorted(self.nodes):
+                work = self.nodes[node_id]
+                if work.before is None or work.namespace != namespace or work.model != model:
+                    continue
+                centroid = self.node_centroid(work)
+                if centroid is not None:
+                    ids.append(node_id)
+                    rows.append(centroid)
+            self._matrices[key] = (ids, np.stack(rows) if rows else np.zeros((0, 1), dtype=np.float32))
+        return self._matrices[key]
 
 
 def semantic_extraction(
@@ -531,7 +540,9 @@ def semantic_extraction(
     facts = memory_facts(memories)
     run = _start_run(facts, memories, links, vectors, cfg, at)
     candidates = facts.filter(pc.and_(pc.equal(facts["kind"], "episodic"), facts["live"]))
-    for cluster in coherent_clusters(pairs, candidates, cfg.cluster_similarity_threshold, prefix="sem"):
+    clusters = coherent_clusters(pairs, candidates, cfg.cluster_similarity_threshold, prefix="sem")
+    run.facts.update(rows_by_id(facts, {m for c in clusters for m in c.members} - run.facts.keys()))
+    for cluster in clusters:
         _absorb(cluster, run)
     for node_id in sorted(run.nodes):
         _maintain(run.nodes[node_id], run)
@@ -562,14 +573,14 @@ def _start_run(
         )
         nodes[row["id"]] = _NodeWork(row["id"], row["namespace"], copy.deepcopy(state), state, model)
     claimed = {s for w in nodes.values() for s in w.state.sources}
-    # Everything the run may look up by id: node sources (cascade, contexts) and every live row of the kinds
-    # a cluster or a dissent can come from is small enough; the corpus-sized table stays in Arrow.
+    partners = contradiction_partners(memories, links)
+    # The rows the run looks up by id (node sources, nodes, contradiction partners; cluster members are added
+    # once the clusters are known) as python dicts; the corpus-sized table stays in Arrow.
     return _Run(
         cfg=cfg,
         at=at,
-        facts=rows_by_id(facts, claimed | set(nodes)),
-        all_facts=facts,
-        partners=contradiction_partners(memories, links),
+        facts=rows_by_id(facts, claimed | set(nodes) | set(partners)),
+        partners=partners,
         vectors=index,
         nodes=nodes,
         claimed=claimed,
@@ -586,7 +597,6 @@ def _parse_state(text: str | None) -> NodeState | None:
 
 def _absorb(cluster: CoherentCluster, run: _Run) -> None:
     """Reinforce the closest node with this cluster's unclaimed members, or create one from them."""
-    run.facts.update(rows_by_id(run.all_facts, [m for m in cluster.members if m not in run.facts]))
     evidence, dissent = _split_dissent(cluster, cluster.members, run)
     model = run.vectors.model_of(cluster.medoid)
     node_id, _ = run.best_node(cluster.namespace, model, run.vectors.centroid(evidence, model))
@@ -725,7 +735,6 @@ def _record_dissent(work: _NodeWork, valid: list[str], run: _Run) -> None:
     for anchor in sorted({*valid, work.node_id}):
         for other in sorted(run.partners.get(anchor, ())):
             found.setdefault(other, f"contradicts {anchor}")
-    run.facts.update(rows_by_id(run.all_facts, [i for i in found if i not in run.facts]))
     added = [
         {"id": other, "reason": reason, "at": run.when}
         for other, reason in sorted(found.items())
@@ -763,38 +772,31 @@ def _insert_row(work: _NodeWork, run: _Run) -> dict[str, Any]:
 
 
 def _mark_compressed(run: _Run, candidates: pa.Table) -> None:
-    """Episodic rows at >= compression_threshold to an assessed or baseline node: marked for that node."""
-    strong = [
-        w for w in (run.nodes[n] for n in sorted(run.nodes)) if w.state.tier in ("assessed", "baseline")
-    ]
-    if not strong:
-        return
-    unmarked = candidates.filter(pc.invert(candidates["compressed"]))
-    groups: dict[tuple[str, str | None], list[_NodeWork]] = {}
+    """Episodic rows at >= compression_threshold to an assessed or baseline node: marked for the closest."""
+    strong = [run.nodes[n] for n in sorted(run.nodes) if run.nodes[n].state.tier in ("assessed", "baseline")]
+    groups: dict[tuple[str, str], list[_NodeWork]] = {}
     for work in strong:
-        groups.setdefault((work.namespace, work.model), []).append(work)
-    for (namespace, model), works in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        if work.model is not None:
+            groups.setdefault((work.namespace, work.model), []).append(work)
+    unmarked = candidates.filter(pc.invert(candidates["compressed"]))
+    for (namespace, model), works in sorted(groups.items()):
         # After maintenance `state.sources` holds this run's new sources too: the centroid a rerun will see.
-        centroids = [run.node_centroid(w, with_new=True) for w in works]
-        usable = [(w, c) for w, c in zip(works, centroids, strict=True) if c is not None]
-        if not usable:
-            continue
-        ids = unmarked.filter(pc.equal(unmarked["namespace"], namespace))["id"].to_pylist()
+        usable = [(w, c) for w in works if (c := run.node_centroid(w, with_new=True)) is not None]
+        ids = np.asarray(
+            unmarked.filter(pc.equal(unmarked["namespace"], namespace))["id"].to_pylist(), dtype=object
+        )
         rows = run.vectors.rows(ids)
-        keep = rows >= 0
-        ids, rows = [i for i, k in zip(ids, keep, strict=True) if k], rows[keep]
-        in_model = run.vectors.rows_of_model(ids, model)
-        mask = np.isin(rows, in_model)
-        ids, rows = [i for i, k in zip(ids, mask, strict=True) if k], rows[mask]
-        if not ids:
+        in_model = rows >= 0
+        in_model[in_model] = run.vectors.models[rows[in_model]] == model
+        ids, rows = ids[in_model], rows[in_model]
+        if not usable or rows.size == 0:
             continue
         similarity = run.vectors.matrix[rows] @ np.stack([c for _, c in usable]).T
         best = np.argmax(similarity, axis=1)
-        best_score = similarity[np.arange(len(ids)), best]
+        best_score = similarity[np.arange(rows.size), best]
         for position in np.flatnonzero(best_score >= run.cfg.compression_threshold).tolist():
-            usable[int(best[position])][0].marks.append(
-                (ids[position], round(float(best_score[position]), _DIGITS))
-            )
+            score = round(float(best_score[position]), _DIGITS)
+            usable[int(best[position])][0].marks.append((str(ids[position]), score))
 
 
 # -- outputs -------------------------------------------------------------------------------------------------

@@ -15,7 +15,10 @@ from tests.lifecycle_helpers import days_ago, snapshot
 
 def _pairs(rows):
     return pa.Table.from_pylist(
-        [{"namespace": "ns1", "left_id": a, "right_id": b, "score": s, "exact_content": False} for a, b, s in rows],
+        [
+            {"namespace": "ns1", "left_id": a, "right_id": b, "score": s, "exact_content": False}
+            for a, b, s in rows
+        ],
         schema=PAIR_SCHEMA,
     )
 
@@ -63,8 +66,11 @@ def test_supersede_policy_hides_the_older_row_and_is_gated():
     rows = [dict(r) for r in MEMORIES[:4]]
     rows[2]["pinned"] = True
     result = find_contradictions(snapshot(rows), _pairs([("m2", "m3", 0.9)]), config)
-    supersedes = [(i["target_id"], json.loads(i["params"])) for i in result.intents.to_pylist()
-                  if i["op"] == "supersede"]
+    supersedes = [
+        (i["target_id"], json.loads(i["params"]))
+        for i in result.intents.to_pylist()
+        if i["op"] == "supersede"
+    ]
     assert supersedes == [("m0", {"by": "m1"})], "the pinned older row m2 is never superseded"
     assert {i["review_class"] for i in result.intents.to_pylist()} == {"gated"}
 

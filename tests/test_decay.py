@@ -152,3 +152,12 @@ def test_decay_preview_projects_without_writing(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="must be after"):
         preview_decay(snapshot(rows), Config(), AS_OF, AS_OF)
+
+
+def test_the_configuration_reference_is_current():
+    from pathlib import Path
+
+    from engram_pipelines.config_reference import render
+
+    committed = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
+    assert committed == render(), "run: .venv/bin/python -m engram_pipelines.config_reference"

@@ -490,12 +490,16 @@ def test_episodic_rows_close_to_an_assessed_node_are_marked_and_far_ones_not():
     rows = [episode(s, direction(2.0 * i), f"c{i}") for i, s in enumerate(sources)]
     rows.append(episode("far", direction(50.0, toward=2), "c9"))  # cos ~0.64: no pair, no mark
     rows.append(episode("done", direction(1.0), "c0", metadata={"semanticCompressed": {"node": "n1"}}))
-    rows.append(node_row("n1", sources=sources, tier="assessed", cycles=2))
+    known = [*sources, "done"]
+    consistent = {"contexts": 4, "variability": 0.8}  # `done` shares c0 with s0
+    rows.append(node_row("n1", sources=known, tier="assessed", cycles=2, **consistent))
     _, intents = run(World(rows))
-    marked = {t for op, t in ops(intents) if op == "set_metadata" and t != "n1"}
-    assert marked == set(sources)
-    corroborated = [r if r["id"] != "n1" else node_row("n1", sources=sources, cycles=1) for r in rows]
-    assert not {t for op, t in ops(run(World(corroborated))[1]) if op == "set_metadata"} - {"n1"}
+    marked = {t for op, t in ops(intents) if op == "set_metadata"}
+    assert marked == set(sources)  # the node itself is unchanged; `done` was marked before
+    corroborated = [
+        r if r["id"] != "n1" else node_row("n1", sources=known, cycles=1, **consistent) for r in rows
+    ]
+    assert run(World(corroborated))[1].num_rows == 0
 
 
 def test_pinned_and_block_rows_are_never_hidden():
