@@ -29,8 +29,6 @@ ANALYSIS_SOURCES: list[str] = [
     "consolidation",
 ]
 
-APPLY_POOL = "engram_apply"
-
 
 def _job(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext) -> str:
     name = context.run.job_name
@@ -181,13 +179,13 @@ def one_write_per_row(
     group_name="apply",
     kinds={"sqlite", "postgres"},
     owners=["team:data-platform"],
-    pool=APPLY_POOL,
     description=(
         "The `auto` change set applied to the live store: batched transactions, each write guarded by the "
         "row's version and the access/pin evidence it was decided on; a miss is re-read, re-checked and "
         "retried once, then skipped (`skipped_concurrent_edit`). Every write leaves an audit pre-image and a "
-        "ledger row, so a re-run is a no-op and `engram-pipelines revert` undoes it. The pool "
-        f"`{APPLY_POOL}` lets one apply run at a time. Gated sets are applied here only when "
+        "ledger row, so a re-run is a no-op and `engram-pipelines revert` undoes it. One apply runs at a time "
+        "per store, whoever starts it: the store holds an apply lock (an advisory lock on PostgreSQL, a file "
+        "lock beside the SQLite file), released if the holder dies. Gated sets are applied here only when "
         "review.auto_approve_gated is set."
     ),
 )

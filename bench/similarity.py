@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import resource
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +44,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engram_pipelines.similarity import PairResult, pairs_per_row_loop, similar_pairs  # noqa: E402
+from engram_pipelines.similarity import pairs_per_row_loop, similar_pairs  # noqa: E402
 
 DIM = 384
 THRESHOLD = 0.80
@@ -142,3 +146,355 @@ def dataset(kind: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     vectors, topic = (clustered_vectors if kind == "clustered" else uniform_vectors)(n)
     np.savez(path, vectors=vectors, topic=topic)
     return vectors, topic
+
+
+# --- methods (each run in a fresh process: clean timings and peak memory) ------------------------------------
+
+
+@dataclass
+class Run:
+    seconds: float
+    pairs: int
+    peak_rss_mb: float
+    note: str = ""
+
+
+def _keys(left: np.ndarray, right: np.ndarray, n: int) -> np.ndarray:
+    return np.sort(left.astype(np.int64) * n + right.astype(np.int64))
+
+
+def _run_engine(vectors: np.ndarray, groups: np.ndarray, exact: bool) -> tuple[np.ndarray, str]:
+    n = len(vectors)
+    started = time.perf_counter()
+    result = similar_pairs(vectors, groups, THRESHOLD, exact_cutoff=n + 1 if exact else 20_000)
+    seconds = time.perf_counter() - started
+    if exact:
+        sizes = np.bincount(np.unique(groups, return_inverse=True)[1])
+        flops = 2.0 * DIM * float((sizes * (sizes - 1) / 2).sum())
+        note = f"{flops / seconds / 1e9:.0f} GFLOP/s effective"
+    else:
+        cell_groups = [c for c, m in result.method_by_group.items() if m == "cells"]
+        probes = [result.probes_by_group[c] for c in cell_groups]
+        note = f"{len(cell_groups)} groups by cells" + (
+            f" ({min(result.cells_by_group.values())}-{max(result.cells_by_group.values())} cells,"
+            f" {min(probes):.2f}-{max(probes):.2f} cells joined per row)"
+            if cell_groups
+            else ""
+        )
+    return _keys(result.left, result.right, n), note
+
+
+def _run_faiss(vectors: np.ndarray, quantizer: str, nprobe: int) -> tuple[np.ndarray, str]:
+    """IVF range search, every row a query; SQ8 candidates (radius lowered by the code error) re-scored."""
+    import faiss
+
+    n = len(vectors)
+    nlist = int(4 * np.sqrt(n))
+    coarse = faiss.IndexFlatIP(DIM)
+    if quantizer == "flat":
+        index = faiss.IndexIVFFlat(coarse, DIM, nlist, faiss.METRIC_INNER_PRODUCT)
+        radius = THRESHOLD
+    else:
+        index = faiss.IndexIVFScalarQuantizer(
+            coarse, DIM, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+        )
+        radius = THRESHOLD - 0.02
+    rng = np.random.default_rng(0)
+    index.train(vectors[rng.choice(n, min(n, 64 * nlist), replace=False)])
+    index.add(vectors)
+    index.nprobe = nprobe
+    lefts, rights = [], []
+    for start in range(0, n, 32768):
+        queries = vectors[start : start + 32768]
+        limits, _, found = index.range_search(queries, np.float32(radius - 1e-6))
+        query = start + np.repeat(np.arange(len(queries)), np.diff(limits.astype(np.int64)))
+        later = found > query
+        query, found = query[later], found[later]
+        scores = np.einsum("ij,ij->i", vectors[query], vectors[found])  # float32 re-score (SQ8: exact)
+        keep = scores >= np.float32(THRESHOLD)
+        lefts.append(query[keep])
+        rights.append(found[keep])
+    return _keys(np.concatenate(lefts), np.concatenate(rights), n), f"nlist {nlist}, nprobe {nprobe}"
+
+
+def _run_per_row_loop(vectors: np.ndarray, groups: np.ndarray, sample_rows: int) -> tuple[float, str]:
+    """Times the seeds' one-query-per-row loop on a random sample of rows; returns the extrapolated seconds."""
+    n = len(vectors)
+    if n <= sample_rows:
+        started = time.perf_counter()
+        pairs_per_row_loop(vectors, groups, THRESHOLD)
+        return time.perf_counter() - started, "all rows"
+    rng = np.random.default_rng(4)
+    codes, inverse = np.unique(groups, return_inverse=True)
+    sizes = np.bincount(inverse)
+    sampled = np.sort(rng.choice(n, sample_rows, replace=False))
+    sample_work, seconds = 0, 0.0
+    for code in np.unique(inverse[sampled]):
+        members_rows = np.flatnonzero(inverse == code)
+        members = vectors[members_rows]
+        positions = np.searchsorted(members_rows, sampled[inverse[sampled] == code])
+        started = time.perf_counter()
+        for position in positions:  # exactly the loop body of pairs_per_row_loop
+            sims = members[position + 1 :] @ members[position]
+            np.flatnonzero(sims >= np.float32(THRESHOLD))
+        seconds += time.perf_counter() - started
+        sample_work += int((len(members) - 1 - positions).sum())
+    total_work = float((sizes * (sizes - 1) / 2).sum())
+    return seconds * total_work / max(sample_work, 1), f"{sample_rows} sampled rows, extrapolated"
+
+
+def _sampled_truth(vectors: np.ndarray, groups: np.ndarray, rows: int) -> np.ndarray:
+    """Keys of every >= threshold pair of a random sample of rows, by brute-force row queries."""
+    n = len(vectors)
+    rng = np.random.default_rng(5)
+    sample = np.sort(rng.choice(n, min(n, rows), replace=False))
+    keys = []
+    for start in range(0, n, 65536):
+        sims = vectors[sample] @ vectors[start : start + 65536].T
+        q, o = np.nonzero(sims >= np.float32(THRESHOLD))
+        a, b = sample[q], start + o
+        same = (groups[a] == groups[b]) & (a != b)
+        keys.append(np.minimum(a, b)[same] * n + np.maximum(a, b)[same])
+    return np.unique(np.concatenate(keys))
+
+
+def worker(args: argparse.Namespace) -> None:
+    vectors, topic = dataset(args.kind, args.n)
+    groups = namespaces_for(topic, args.layout)
+    del topic
+    keys = None
+    started = time.perf_counter()
+    if args.worker in ("exact", "engine"):
+        keys, note = _run_engine(vectors, groups, exact=args.worker == "exact")
+    elif args.worker in ("faiss-ivf-flat", "faiss-ivf-sq8"):
+        keys, note = _run_faiss(vectors, args.worker.rsplit("-", 1)[1], args.faiss_nprobe)
+    elif args.worker == "per-row-loop":
+        seconds, note = _run_per_row_loop(vectors, groups, args.loop_sample)
+        started = time.perf_counter() - seconds
+    elif args.worker == "truth-sample":
+        keys, note = _sampled_truth(vectors, groups, args.recall_sample), f"{args.recall_sample} rows"
+    else:
+        raise SystemExit(f"unknown worker {args.worker}")
+    seconds = time.perf_counter() - started
+    if keys is not None:
+        np.save(args.keys_out, keys)
+    peak = _peak_rss_mb()
+    print(
+        json.dumps(
+            {"seconds": seconds, "pairs": 0 if keys is None else len(keys), "peak_rss_mb": peak, "note": note}
+        )
+    )
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory. resource.getrusage's ru_maxrss would do, except that a process
+    started by subprocess inherits the parent's high-water mark through fork; VmHWM is reset by exec."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_method(method: str, kind: str, n: int, layout: str, args: argparse.Namespace) -> Run | None:
+    keys_out = CACHE / f"keys-{method}-{kind}-{n}-{layout}.npy"
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        method,
+        "--kind",
+        kind,
+        "--n",
+        str(n),
+        "--layout",
+        layout,
+    ]
+    command += ["--keys-out", str(keys_out), "--loop-sample", str(args.loop_sample)]
+    command += ["--recall-sample", str(args.recall_sample), "--faiss-nprobe", str(args.faiss_nprobe)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    if done.returncode != 0:
+        print(f"  {method}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return Run(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+# --- the machine --------------------------------------------------------------------------------------------
+
+
+def gemm_peak() -> dict[str, float]:
+    """float32 GEMM GFLOP/s at this workload's shapes (d = 384) and a square one, best of three."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8192, DIM), dtype=np.float32)
+    square = rng.standard_normal((4096, 4096), dtype=np.float32)
+
+    def best(run: Callable[[], object], flops: float) -> float:
+        run()
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - started)
+        return flops / min(times) / 1e9
+
+    def two_python_threads() -> None:
+        with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda half: half @ half.T, (a[:4096], a[4096:])))
+
+    return {
+        "blas_threads_2_8192x384x8192": best(lambda: a @ a.T, 2.0 * 8192 * 8192 * DIM),
+        "python_threads_2_blas_1_4096x384x4096": best(two_python_threads, 2 * 2.0 * 4096 * 4096 * DIM),
+        "blas_threads_2_square_4096": best(lambda: square @ square, 2.0 * 4096**3),
+    }
+
+
+def blas_report() -> list[dict[str, object]]:
+    keep = ("internal_api", "prefix", "version", "architecture", "num_threads", "threading_layer")
+    return [{k: lib.get(k) for k in keep} for lib in threadpool_info()]
+
+
+# --- the table ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    data: str
+    n: int
+    namespaces: int
+    method: str
+    seconds: float
+    pairs: int
+    recall: str
+    peak_rss_mb: float
+    note: str
+
+
+def recall_against(keys_path: Path, truth: np.ndarray | None, exact: bool) -> str:
+    if truth is None or not keys_path.exists():
+        return "-"
+    keys = np.load(keys_path)
+    found = np.isin(truth, keys, assume_unique=True).mean() if len(truth) else 1.0
+    extra = "" if not exact else f", {int((~np.isin(keys, truth, assume_unique=True)).sum())} false"
+    return f"{found:.4f}{' (sample)' if not exact else ''}{extra}"
+
+
+def benchmark(args: argparse.Namespace) -> list[Row]:
+    rows: list[Row] = []
+    for n in args.sizes:
+        for kind in args.kinds:
+            vectors, topic = dataset(kind, n)
+            for layout in args.layouts:
+                groups = namespaces_for(topic, layout)
+                sizes = np.bincount(np.unique(groups, return_inverse=True)[1])
+                exact_gflop = 2.0 * DIM * float((sizes * (sizes - 1) / 2).sum()) / 1e9
+                print(f"{kind} n={n} {layout}: {len(sizes)} namespaces, largest {sizes.max()}", flush=True)
+                results: dict[str, Run | None] = {}
+                methods = ["engine"]
+                methods += ["exact"] if exact_gflop <= args.exact_budget_gflop else []
+                if layout == "one" and "faiss" in args.methods:
+                    methods += ["faiss-ivf-flat"] + (["faiss-ivf-sq8"] if n <= 200_000 else [])
+                methods += ["per-row-loop"] if "loop" in args.methods else []
+                if "exact" not in methods:
+                    methods.append("truth-sample")
+                for method in methods:
+                    results[method] = run_method(method, kind, n, layout, args)
+                    got = results[method]
+                    print(f"  {method}: {got}", flush=True)
+                exact = results.get("exact")
+                truth_name = "exact" if exact else "truth-sample"
+                truth_path = CACHE / f"keys-{truth_name}-{kind}-{n}-{layout}.npy"
+                truth = np.load(truth_path) if truth_path.exists() and results.get(truth_name) else None
+                for method, got in results.items():
+                    if got is None or method == "truth-sample":
+                        continue
+                    keys_path = CACHE / f"keys-{method}-{kind}-{n}-{layout}.npy"
+                    recall = (
+                        "-"
+                        if method == "per-row-loop"
+                        else recall_against(keys_path, truth, exact is not None)
+                    )
+                    if method == "per-row-loop":
+                        recall = "1 (exact)"
+                    rows.append(
+                        Row(
+                            kind,
+                            n,
+                            len(sizes),
+                            method,
+                            got.seconds,
+                            got.pairs,
+                            recall,
+                            got.peak_rss_mb,
+                            got.note,
+                        )
+                    )
+                for path in CACHE.glob(f"keys-*-{kind}-{n}-{layout}.npy"):
+                    path.unlink()
+            del vectors, topic
+    return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    print("| data | rows | namespaces | method | seconds | pairs >= 0.80 | recall | peak RSS MB | note |")
+    print("|---|---:|---:|---|---:|---:|---|---:|---|")
+    for r in rows:
+        print(
+            f"| {r.data} | {r.n:,} | {r.namespaces:,} | {r.method} | {r.seconds:,.1f} | {f'{r.pairs:,}' if r.pairs else '-'} | {r.recall} |"
+            f" {r.peak_rss_mb:,.0f} | {r.note} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--quick", action="store_true", help="sizes 10k and 30k, a minute or two")
+    parser.add_argument("--kinds", nargs="+", default=["clustered", "uniform"])
+    parser.add_argument("--layouts", nargs="+", default=["one", "many"])
+    parser.add_argument("--methods", nargs="+", default=["faiss", "loop"], help="optional baselines to run")
+    parser.add_argument("--exact-budget-gflop", type=float, default=40_000, help="skip exact above this")
+    parser.add_argument("--loop-sample", type=int, default=2000)
+    parser.add_argument("--recall-sample", type=int, default=1000)
+    parser.add_argument("--faiss-nprobe", type=int, default=16)
+    parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    for hidden in ("--worker", "--kind", "--layout", "--keys-out"):
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    if args.quick:
+        args.sizes = [10_000, 30_000]
+
+    print(
+        f"# similarity benchmark {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, {platform.processor()}"
+    )
+    print(
+        f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}"
+    )
+    for lib in blas_report():
+        print(f"threadpoolctl: {lib}")
+    print(f"load average at start: {os.getloadavg()}")
+    peak = gemm_peak()
+    print("float32 GEMM GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in peak.items()), flush=True)
+    rows = benchmark(args)
+    peak_after = gemm_peak()
+    print("float32 GEMM GFLOP/s at the end: " + ", ".join(f"{k} {v:.0f}" for k, v in peak_after.items()))
+    print(f"load average at end: {os.getloadavg()}")
+    best_peak = max(max(peak.values()), max(peak_after.values()))
+    for row in rows:
+        if row.method == "exact":
+            effective = float(row.note.split()[0])
+            row.note += f" = {effective / best_peak:.0%} of the {best_peak:.0f} GFLOP/s peak"
+    print()
+    print_table(rows)
+    if args.json:
+        args.json.write_text(
+            json.dumps({"gemm": [peak, peak_after], "rows": [r.__dict__ for r in rows]}, indent=1)
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -544,6 +544,7 @@ def semantic_extraction(
     run.facts.update(rows_by_id(facts, {m for c in clusters for m in c.members} - run.facts.keys()))
     for cluster in clusters:
         _absorb(cluster, run)
+    _drop_existing_ids(run, facts)
     for node_id in sorted(run.nodes):
         _maintain(run.nodes[node_id], run)
     _mark_compressed(run, candidates)
@@ -560,19 +561,22 @@ def _start_run(
     at: dt.datetime,
 ) -> _Run:
     index = VectorIndex(vectors)
-    node_rows = facts.filter(
-        pc.and_(pc.and_(pc.equal(facts["kind"], "semantic"), facts["live"]), pc.is_valid(facts["semantic"]))
-    ).to_pylist()
+    node_rows = facts.filter(pc.and_(pc.equal(facts["kind"], "semantic"), pc.is_valid(facts["semantic"])))
     nodes: dict[str, _NodeWork] = {}
-    for row in node_rows:
+    claimed: set[str] = set()
+    for row in node_rows.to_pylist():
         state = _parse_state(row["semantic"])
         if state is None:
+            continue
+        # A hidden node (archived by retention, superseded) is not maintained, but its sources stay claimed:
+        # otherwise they would derive the same node id again every night.
+        claimed.update(state.sources)
+        if not row["live"]:
             continue
         model = index.model_of(state.representative) or next(
             (m for m in (index.model_of(s) for s in state.sources) if m), index.model_of(row["id"])
         )
         nodes[row["id"]] = _NodeWork(row["id"], row["namespace"], copy.deepcopy(state), state, model)
-    claimed = {s for w in nodes.values() for s in w.state.sources}
     partners = contradiction_partners(memories, links)
     # The rows the run looks up by id (node sources, nodes, contradiction partners; cluster members are added
     # once the clusters are known) as python dicts; the corpus-sized table stays in Arrow.
@@ -612,6 +616,7 @@ def _absorb(cluster: CoherentCluster, run: _Run) -> None:
                 dissent[member] = f"contradicts {against[0]}, a source of {node_id}"
         for member, reason in dissent.items():
             work.pending_dissent.setdefault(member, reason)
+        evidence = [m for m in evidence if m not in dissent]
         ok, why = run.qualifies(evidence)
         if unclaimed and not ok:
             run.rejects.append(_reject_row(cluster, evidence, run, f"cannot reinforce {node_id}: {why}"))
@@ -626,6 +631,13 @@ def _absorb(cluster: CoherentCluster, run: _Run) -> None:
             run.rejects.append(_reject_row(cluster, unclaimed, run, why))
         return
     _create(cluster, unclaimed, dissent, model, run)
+
+
+def _drop_existing_ids(run: _Run, facts: pa.Table) -> None:
+    """A new node whose id is taken already (a row without node state) is not proposed: it could never land."""
+    fresh = [n for n, w in run.nodes.items() if w.before is None]
+    for node_id in rows_by_id(facts, fresh):
+        del run.nodes[node_id]
 
 
 def _split_dissent(

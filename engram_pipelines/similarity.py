@@ -56,6 +56,7 @@ _KMEANS_ITERATIONS = 8
 _CALIBRATION_ROWS = (512, 1024, 2048)  # grown while too few pairs are seen
 _MIN_CALIBRATION_PAIRS = 400  # fewer cannot show a 0.99 recall with any margin
 _MIN_CALIBRATION_UNITS = 30  # sampled rows that have pairs
+_MIN_SEEN_COSINES = 20  # real pairs whose cosines made partners copy; fewer: made at the threshold
 _CALIBRATION_Z = 2.0
 _MAX_PROBES = 128  # cells a row may probe (own included): bounds the probe table and the cost of a bad case
 _ASSIGN_ROWS = 8192
@@ -457,21 +458,23 @@ def _calibrate(
     margin to spare, and the sample's centroid similarities (for the cost estimate).
 
     Pairs of random rows are a uniform sample of all pairs, so the share of them that a margin finds estimates
-    its recall. Where pairs are too rare to show the target that way (near-uniform data), pairs made at
-    exactly the threshold in random directions stand in: the hardest pairs a row can have, so the margin they
-    need is a conservative one.
+    its recall. Where pairs are too rare to show the target that way (near-uniform data), pairs made for the
+    sampled rows stand in: partners in random directions (the hardest direction for cells, which follow the
+    data), at the cosines of the real pairs seen (at the threshold itself when too few were seen), so the
+    margin they need is a conservative one.
     """
     size = len(rows)
     for sample_size in _CALIBRATION_ROWS:
         sample = rows[np.sort(rng.choice(size, min(size, sample_size), replace=False))]
-        source_row, needs = _sample_pair_needs(matrix, rows, sample, centroids, t32)
+        source_row, needs, scores = _sample_pair_needs(matrix, rows, sample, centroids, t32)
         biggest_sample_pairs = len(needs) * min(size, _CALIBRATION_ROWS[-1]) / len(sample)
         if len(needs) >= _MIN_CALIBRATION_PAIRS or biggest_sample_pairs < _MIN_CALIBRATION_PAIRS:
             break  # enough pairs, or so few that no affordable sample would have enough
     sample_sims = matrix[sample] @ centroids.T
     chosen = _smallest_sufficient_margin(source_row, needs, recall_target)
     if chosen is None:
-        made_source, made = _made_pair_needs(matrix[sample], sample_sims, centroids, float(t32), rng)
+        cosines = scores if len(scores) >= _MIN_SEEN_COSINES else np.array([t32])
+        made_source, made = _made_pair_needs(matrix[sample], sample_sims, centroids, cosines, rng)
         chosen = _smallest_sufficient_margin(made_source, made, recall_target)
         chosen = math.inf if chosen is None else chosen
         finite = needs[np.isfinite(needs)]
@@ -482,28 +485,31 @@ def _calibrate(
 
 def _sample_pair_needs(
     matrix: np.ndarray, rows: np.ndarray, sample: np.ndarray, centroids: np.ndarray, t32: np.float32
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pairs of the sampled rows (found by brute force against the group) as (sampled row's index in
-    `sample`, probe margin needed to find the pair)."""
+    `sample`, probe margin needed to find the pair, the pair's cosine)."""
     queries = matrix[sample]
-    pair_query, pair_other = [], []
+    pair_query, pair_other, pair_score = [], [], []
     for start in range(0, len(rows), 2 * TILE_ROWS):
         block = rows[start : start + 2 * TILE_ROWS]
-        q, o = np.nonzero(queries @ _gather(matrix, block).T >= t32)
+        scores = queries @ _gather(matrix, block).T
+        q, o = np.nonzero(scores >= t32)
         distinct = sample[q] != block[o]
         pair_query.append(q[distinct])
         pair_other.append(block[o[distinct]])
+        pair_score.append(scores[q[distinct], o[distinct]])
     query_of_pair, other_row = np.concatenate(pair_query), np.concatenate(pair_other)
+    pair_scores = np.concatenate(pair_score)
     needs = np.empty(len(query_of_pair), dtype=np.float32)
     if query_of_pair.size == 0:
-        return query_of_pair, needs
+        return query_of_pair, needs, pair_scores
     others, other_of_pair = np.unique(other_row, return_inverse=True)
     query_sims = queries @ centroids.T
     other_sims = matrix[others] @ centroids.T
     for start in range(0, len(needs), 4096):
         part = slice(start, start + 4096)
         needs[part] = _margin_needed(query_sims[query_of_pair[part]], other_sims[other_of_pair[part]])
-    return query_of_pair, needs
+    return query_of_pair, needs, pair_scores
 
 
 def _margin_needed(first_sims: np.ndarray, second_sims: np.ndarray) -> np.ndarray:
@@ -524,17 +530,19 @@ def _made_pair_needs(
     queries: np.ndarray,
     query_sims: np.ndarray,
     centroids: np.ndarray,
-    threshold: float,
+    cosines: np.ndarray,
     rng: np.random.Generator,
     partners_per_row: int = 2,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Margins needed by partners made for each query row at cosine `threshold`, in random directions."""
+    """Margins needed by partners made for each query row in random directions, at cosines drawn from
+    `cosines`."""
     needs = []
     for _ in range(partners_per_row):
         away = rng.standard_normal(queries.shape, dtype=np.float32)
         away -= (away * queries).sum(axis=1, keepdims=True) * queries  # orthogonal to the query row
         away /= np.linalg.norm(away, axis=1, keepdims=True)
-        partners = threshold * queries + np.float32(math.sqrt(1.0 - threshold * threshold)) * away
+        cosine = np.minimum(rng.choice(cosines, len(queries)), 1.0).astype(np.float32)[:, None]
+        partners = cosine * queries + np.sqrt(1.0 - cosine * cosine) * away
         needs.append(_margin_needed(query_sims, partners @ centroids.T))
     return np.tile(np.arange(len(queries)), partners_per_row), np.concatenate(needs)
 

@@ -27,12 +27,13 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
 try:
     from selenium import webdriver
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -58,7 +59,7 @@ GROUPS = ("ingest", "analysis", "changes", "apply", "reports")
 GRAPH_ASSETS = ("memory_snapshot", "decay_scores", "change_set", "applied_changes", "health_report")
 # Bounded waits: generous for a loaded 2-core machine, short enough that a broken page fails within minutes.
 SERVER_START_TIMEOUT = 90.0
-PAGE_TIMEOUT = 45.0
+PAGE_TIMEOUT = 30.0
 VIEWPORT = {"width": 1600, "height": 1000, "deviceScaleFactor": 1.5, "mobile": False}
 # On this closed network Chromium's background services (updates, sync, QUIC probes) only produce refused
 # connections and slow starts; a fresh profile keeps runs independent.
@@ -269,8 +270,9 @@ def _literal(text: str) -> str:
 
 
 def _has_text(text: str) -> str:
-    """XPath: an element with a text node of its own containing `text` (not merely a container of it)."""
-    return f"//*[text()[contains(normalize-space(.), {_literal(text)})]]"
+    """XPath: the innermost elements whose text contains `text` (React may split it over several text nodes)."""
+    has = f"contains(normalize-space(.), {_literal(text)})"
+    return f"//*[{has}][not(*[{has}])]"
 
 
 def _shot(driver: WebDriver, name: str) -> Path:
@@ -279,10 +281,20 @@ def _shot(driver: WebDriver, name: str) -> Path:
     return path
 
 
+def _first_visible(driver: WebDriver, xpath: str) -> WebElement | Literal[False]:
+    # Not EC.visibility_of_element_located: it looks at the first match only, which may be hidden (a <title>,
+    # a collapsed panel) while a later one is on screen.
+    with contextlib.suppress(StaleElementReferenceException):
+        for element in driver.find_elements(By.XPATH, xpath):
+            if element.is_displayed():
+                return element
+    return False
+
+
 def _wait(driver: WebDriver, xpath: str, what: str, timeout: float = PAGE_TIMEOUT) -> WebElement:
     """The visible element at `xpath`; on timeout a screenshot of the page as it was, and a failure naming `what`."""
     try:
-        return WebDriverWait(driver, timeout).until(EC.visibility_of_element_located((By.XPATH, xpath)))
+        return WebDriverWait(driver, timeout).until(lambda d: _first_visible(d, xpath))
     except TimeoutException:
         slug = re.sub(r"[^a-z0-9]+", "-", what.lower()).strip("-")[:60]
         shot = _shot(driver, f"FAILED-{slug}")
@@ -307,7 +319,7 @@ def _open_markdown_plot(driver: WebDriver, key: str) -> WebElement:
     """Open the Markdown metadata entry `key` (long entries sit behind "[Show Markdown]") and return its image."""
     row = _metadata_row(driver, key)
     _scroll_to(driver, row)
-    row.find_element(By.XPATH, ".//*[contains(normalize-space(.), 'Show Markdown')]").click()
+    row.find_element(By.XPATH, ".//a[contains(normalize-space(.), 'Show Markdown')]").click()
     image = _wait(driver, "//div[@role='dialog']//img", f"the image of {key!r}")
     loaded = "return arguments[0].complete && arguments[0].naturalWidth;"
     try:
@@ -393,6 +405,8 @@ def test_review_page_shows_clusters_and_the_approve_command(demo: Demo, browser:
     command = _wait(browser, "//div[@class='cmd']", "the next-step commands")
     assert f"engram-pipelines approve {demo.gated_change_set}" in command.text
     _shot(browser, "review-page")
+    _scroll_to(browser, command)
+    _shot(browser, "review-page-next-step")
 
     # The namespace filter hides every card of other namespaces.
     namespace = card.get_attribute("data-ns")
@@ -404,3 +418,20 @@ def test_review_page_shows_clusters_and_the_approve_command(demo: Demo, browser:
     }
     assert shown == {namespace}
     _shot(browser, "review-page-filtered")
+
+
+@pytest.mark.xfail(
+    reason="review_html draws a cluster's upsert_link rows (target 'loser|canonical|duplicate-of') as extra "
+    "losers reading '(not in the store)'",
+    strict=False,
+)
+def test_review_page_lists_only_memories_as_losers(demo: Demo, browser: WebDriver) -> None:
+    browser.get(demo.review_html.as_uri())
+    _wait(browser, "//div[contains(@class, 'cluster')]", "a cluster")
+    # Every loser of a fresh demo's clusters is a live memory, so each one shows its content.
+    orphans = [
+        e.text
+        for e in browser.find_elements(By.CSS_SELECTOR, ".cluster .loser")
+        if "not in the store" in e.text
+    ]
+    assert not orphans, f"{len(orphans)} losers without a memory, e.g. {orphans[0]!r}"

@@ -277,3 +277,26 @@ def test_every_op_that_hides_or_deletes_spares_pinned_rows_and_blocks(
     assert "pinned or a block" in next(iter(result.ineligible_reasons))
     after = store.get("m1")
     assert (after.pop("embedding") == before.pop("embedding")).all() and after == before
+
+
+def test_one_apply_at_a_time_per_store(store, warehouse):
+    import threading
+    import time
+
+    from engram_pipelines.store import open_store
+
+    store.insert_memories([memory(1)])
+    cs = propose(store, warehouse, [intent("m1", "mark_stale", score=0.1)])
+    finished = []
+
+    def second_apply() -> None:
+        with open_store(store.url) as own:  # a connection per thread, as each agent or worker has
+            finished.append(apply_change_set(own, cs))
+
+    with open_store(store.url) as other, other.exclusive_apply():
+        thread = threading.Thread(target=second_apply)
+        thread.start()
+        time.sleep(0.5)
+        assert not finished, "the second apply waits for the first"
+    thread.join(timeout=30)
+    assert finished and finished[0].applied == 1

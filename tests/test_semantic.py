@@ -532,3 +532,10 @@ def test_empty_inputs():
         world.memories(), world.links_table(), world.pairs(), world.vectors(), Config(), AS_OF
     )
     assert result.num_rows == 0 and intents.num_rows == 0
+
+
+def test_the_sources_of_a_hidden_node_stay_claimed():
+    rows = three_close(("c1", "c2", "c3"))
+    node_id = node_id_for("ns1", ["e0", "e1", "e2"])
+    rows.append({**node_row(node_id, sources=["e0", "e1", "e2"], reinforcedAt=None), "zone": "archived"})
+    assert run(World(rows))[1].num_rows == 0  # neither re-created nor maintained

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engram_pipelines import similarity
 from engram_pipelines.similarity import PairResult, pairs_per_row_loop, similar_pairs
 
 DIM = 32
@@ -22,11 +23,14 @@ def basis(dim: int, *axes: int) -> np.ndarray:
 
 
 def brute_force(vectors: np.ndarray, groups: np.ndarray, threshold: float) -> set[tuple[int, int]]:
-    scores = vectors @ vectors.T
-    same_group = groups[:, None] == groups[None, :]
-    upper = np.triu(np.ones(scores.shape, dtype=bool), k=1)
-    left, right = np.nonzero((scores >= np.float32(threshold)) & same_group & upper)
-    return set(zip(left.tolist(), right.tolist(), strict=True))
+    """Every same-group pair at or above the threshold, one full score matrix per group."""
+    pairs: set[tuple[int, int]] = set()
+    for code in np.unique(groups):
+        members = np.flatnonzero(groups == code)
+        scores = vectors[members] @ vectors[members].T
+        left, right = np.nonzero(np.triu(scores >= np.float32(threshold), k=1))
+        pairs |= set(zip(members[left].tolist(), members[right].tolist(), strict=True))
+    return pairs
 
 
 def pair_set(result: PairResult) -> set[tuple[int, int]]:
@@ -79,7 +83,7 @@ def test_twins_in_different_groups_never_pair() -> None:
 
 def test_many_tiny_groups_and_a_few_tiled_ones_match_brute_force() -> None:
     rng = np.random.default_rng(5)
-    sizes = np.concatenate([rng.integers(1, 40, 2000), [300, 700, 4500]])  # batched, one tile, several tiles
+    sizes = np.concatenate([rng.integers(1, 12, 2000), [40, 300, 700, 4500]])  # batched, one tile, several
     groups = np.repeat(rng.permutation(len(sizes)) * 3 - 1000, sizes)  # codes neither sorted nor dense
     order = rng.permutation(len(groups))
     groups = groups[order]
@@ -96,7 +100,11 @@ def test_many_tiny_groups_and_a_few_tiled_ones_match_brute_force() -> None:
     )
 
 
-def test_the_cell_join_probing_every_cell_finds_exactly_the_exact_pairs() -> None:
+@pytest.mark.parametrize("tile_rows", [4096, 96])  # small tiles: cells and groups split over several
+def test_the_cell_join_probing_every_cell_finds_exactly_the_exact_pairs(
+    tile_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(similarity, "TILE_ROWS", tile_rows)
     vectors = clustered(3000, topics=25, seed=1)
     groups = np.zeros(3000, dtype=np.int64)
     exact = similar_pairs(vectors, groups, 0.8)

@@ -22,7 +22,7 @@ import pyarrow as pa
 from engram_pipelines.changes.intents import Ineligible, Intent, check_eligible, diff, fold, hides
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.progress import Progress, SilentProgress
-from engram_pipelines.store import Guard, LinkWrite, MemoryWrite, Outcome, Store
+from engram_pipelines.store import ChangeSetRecord, Guard, LinkWrite, MemoryWrite, Outcome, Store
 from engram_pipelines.timestamps import end_of_day, utc_now
 
 OUTCOMES = ("applied", "skipped_concurrent_edit", "ineligible")
@@ -85,8 +85,15 @@ def apply_change_set(
             f"change set {change_set_id} is review-gated and not approved: inspect it with "
             f"`engram-pipelines changes show {change_set_id}`, then `engram-pipelines approve {change_set_id}`"
         )
+    with store.exclusive_apply():
+        return _apply(store, record, table, actor, batch_size, progress or SilentProgress())
+
+
+def _apply(
+    store: Store, record: ChangeSetRecord, table: pa.Table, actor: str, batch_size: int, progress: Progress
+) -> ApplyResult:
+    change_set_id = record.change_set_id
     started = time.perf_counter()
-    progress = progress or SilentProgress()
     at = end_of_day(dt.date.fromisoformat(record.as_of))
     done = store.ledger(change_set_id)
     pending = [row for row in table.to_pylist() if row["change_id"] not in done]

@@ -49,6 +49,16 @@ def revert_change_set(store: Store, change_set_id: str, *, actor: str = "engram-
     result = RevertResult(change_set_id)
     revert_set = f"{change_set_id}:revert"
     audit = [a for a in store.audit_rows(change_set_id=change_set_id) if a["change_id"]]
+    with store.exclusive_apply():
+        _revert_entries(store, audit, actor, revert_set, result)
+    store.update_change_set(change_set_id, status="reverted", reverted_at=utc_now())
+    return result
+
+
+def _revert_entries(
+    store: Store, audit: list[dict[str, Any]], actor: str, revert_set: str, result: RevertResult
+) -> None:
+    change_set_id = result.change_set_id
     for entry in reversed(audit):
         if entry["target_kind"] == "link":
             _revert_link(store, entry, actor, revert_set)
@@ -62,8 +72,6 @@ def revert_change_set(store: Store, change_set_id: str, *, actor: str = "engram-
                 result.skipped_edited_since.append(entry["target_id"])
         else:
             _revert_update(store, entry, actor, revert_set, result)
-    store.update_change_set(change_set_id, status="reverted", reverted_at=utc_now())
-    return result
 
 
 def _revert_update(

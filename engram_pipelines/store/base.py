@@ -154,6 +154,14 @@ class Store(ABC):
     def _from_db(self, column: str, value: Any) -> Any: ...
 
     @abstractmethod
+    @contextmanager
+    def exclusive_apply(self) -> Iterator[None]:
+        """Held for a whole apply or revert: one at a time per store, whoever starts it (CLI, Dagster, Dask).
+
+        Released by the operating system or the server when the holder dies, so a crash never leaves it stuck.
+        """
+
+    @abstractmethod
     def iter_memory_batches(self, batch_size: int, embedding_dim: int) -> Iterator[pa.RecordBatch]:
         """Stream every memory as Arrow record batches (bounded memory), ordered by id."""
 

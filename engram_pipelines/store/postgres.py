@@ -112,6 +112,19 @@ class PostgresStore(Store):
         return rows[0][0]
 
     @contextmanager
+    def exclusive_apply(self) -> Iterator[None]:
+        # A session-level advisory lock: it outlives the apply's many transactions and dies with the session.
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(hashtext('engram-pipelines apply'))")
+        self.conn.commit()
+        try:
+            yield
+        finally:
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(hashtext('engram-pipelines apply'))")
+            self.conn.commit()
+
+    @contextmanager
     def write_transaction(self) -> Iterator[psycopg.Cursor]:
         cur = self.conn.cursor()
         try:

@@ -8,6 +8,7 @@ when another writer got the lock in between ("database is locked" without waitin
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -57,6 +58,18 @@ class SQLiteStore(Store):
             raise
         else:
             cur.execute("COMMIT")
+
+    @contextmanager
+    def exclusive_apply(self) -> Iterator[None]:
+        if str(self.path) == ":memory:":
+            yield
+            return
+        with open(f"{self.path}.apply-lock", "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # waits for a running apply; freed if its process dies
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     @contextmanager
     def read_transaction(self) -> Iterator[None]:

@@ -1,0 +1,210 @@
+"""Temporal edges (seed 003): one maintenance cycle of the `temporal` links, and the edges history lacks.
+
+**Cycle** (per link of kind `temporal` whose endpoints both exist in the link's namespace, are two rows and
+are not both in the purge queue: gc deletes the others, and an upsert here would overrule its delete). A link's `updated_at` marks its last cycle: the apply stamps it when it writes the link, after the
+as-of instant. A link is *due* when `updated_at` is before the as-of instant, so a rerun of a partition (or a
+second run on the applied store) finds nothing due, and the next night's partition finds everything due again.
+A due link's weight is multiplied by `temporal.decay_rate`, and by `temporal.traversal_boost` too when it was
+traversed since its last cycle (`traversed_at > updated_at`); a boost never lifts a weight above
+`WEIGHT_CEILING` (or above the weight it had, when that was higher). A link whose new weight falls below
+`temporal.prune_threshold` is deleted; the others are upserted with the new weight (and their origin kept).
+A weight that would not change is not written.
+
+Backfills: on a store whose links were all written today, historical partitions find no link due; decay is
+not compounded retroactively for days that were not run.
+
+**Missing forward edges** (historical corpora never went through encoding, which links each new memory to its
+previous `temporal.neighbor_k` memories): memories of one conversation (`metadata.conversation_id`, within the
+namespace; episodic, active, not superseded), ordered by `created_at` then id. Each memory is linked with each
+of its previous k: forward (earlier -> later) weight `forward_weight / distance`, backward (later -> earlier)
+`backward_weight / distance`, so forward beats backward at every distance (asymmetric contiguity) and nearer
+neighbours beat farther ones. Only missing edges are created (an existing temporal link either way is kept as
+it is), and the later memory is marked `metadata.temporalEdges` = {builtAt, neighbors}: a marked memory is
+never wired again, so an edge that decays and is pruned does not come back the next night. A memory whose
+edges all exist is not written. Edges weaker than the prune threshold are not created.
+
+Everything is review class `auto`; links are upserted or deleted, memories only get the marker.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
+from engram_pipelines.config import Config, TemporalConfig
+from engram_pipelines.timestamps import format_timestamp
+
+SOURCE = "temporal"
+WEIGHT_CEILING = 1.0
+MARKER = "temporalEdges"
+
+TEMPORAL_SCHEMA = pa.schema(
+    [
+        pa.field("namespace", pa.string(), nullable=False),
+        pa.field("src_id", pa.string(), nullable=False),
+        pa.field("dst_id", pa.string(), nullable=False),
+        pa.field("action", pa.string(), nullable=False),  # decay | boost | prune | build
+        pa.field("weight_before", pa.float64()),
+        pa.field("weight_after", pa.float64()),
+        pa.field("direction", pa.string()),  # forward | backward, for built edges
+        pa.field("distance", pa.int64()),  # positions apart in the conversation, for built edges
+        pa.field("conversation_id", pa.string()),
+    ]
+)
+
+
+def temporal_edges(
+    memories: pa.Table, links: pa.Table, config: Config, at: dt.datetime
+) -> tuple[pa.Table, pa.Table]:
+    """One cycle of temporal-link maintenance plus the missing conversation edges; (TEMPORAL_SCHEMA, intents)."""
+    cfg = config.temporal
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.register(
+        "m", memories.select(["id", "namespace", "kind", "zone", "superseded_by", "created_at", "metadata"])
+    )
+    con.register("l", links)
+    cycle = con.sql(_cycle_sql(cfg, at)).to_arrow_table().cast(TEMPORAL_SCHEMA)
+    built = con.sql(_build_sql(cfg)).to_arrow_table().cast(TEMPORAL_SCHEMA)
+    result = pa.concat_tables([cycle, built]).sort_by(
+        [("namespace", "ascending"), ("src_id", "ascending"), ("dst_id", "ascending")]
+    )
+    origins = _origins(con)
+    return result, _intents(result, origins, cfg, at)
+
+
+def _literal(at: dt.datetime) -> str:
+    return f"TIMESTAMPTZ '{format_timestamp(at)}'"
+
+
+def _cycle_sql(cfg: TemporalConfig, at: dt.datetime) -> str:
+    boosted = f"l.weight * {cfg.decay_rate!r} * {cfg.traversal_boost!r}"
+    return f"""
+    WITH due AS (
+        SELECT l.namespace, l.src_id, l.dst_id, l.weight,
+            coalesce(l.traversed_at > l.updated_at, false) AS traversed,
+            round(CASE WHEN coalesce(l.traversed_at > l.updated_at, false)
+                       THEN least({boosted}, greatest(l.weight, {WEIGHT_CEILING!r}))
+                       ELSE l.weight * {cfg.decay_rate!r} END, 6) AS new_weight
+        FROM l JOIN m a ON a.id = l.src_id AND a.namespace = l.namespace
+               JOIN m b ON b.id = l.dst_id AND b.namespace = l.namespace
+        WHERE l.kind = 'temporal' AND l.updated_at < {_literal(at)}
+          AND l.src_id <> l.dst_id AND NOT (a.zone = 'purge_queue' AND b.zone = 'purge_queue')
+    )
+    SELECT namespace, src_id, dst_id,
+        CASE WHEN new_weight < {cfg.prune_threshold!r} THEN 'prune' WHEN traversed THEN 'boost' ELSE 'decay' END
+            AS action,
+        weight AS weight_before,
+        CASE WHEN new_weight < {cfg.prune_threshold!r} THEN NULL ELSE new_weight END AS weight_after,
+        NULL AS direction, NULL AS distance, NULL AS conversation_id
+    FROM due WHERE new_weight < {cfg.prune_threshold!r} OR new_weight <> weight
+    """
+
+
+def _build_sql(cfg: TemporalConfig) -> str:
+    return f"""
+    WITH conversation AS (
+        SELECT id, namespace, created_at, json_extract_string(metadata, '$.conversation_id') AS conversation_id,
+            json_extract(metadata, '$.{MARKER}') IS NOT NULL AS wired
+        FROM m
+        WHERE kind = 'episodic' AND zone = 'active' AND superseded_by IS NULL
+          AND json_extract_string(metadata, '$.conversation_id') IS NOT NULL
+    ),
+    ordered AS (
+        SELECT *, row_number() OVER (PARTITION BY namespace, conversation_id ORDER BY created_at, id) AS position
+        FROM conversation
+    ),
+    neighbours AS (
+        SELECT later.namespace, later.conversation_id, earlier.id AS earlier_id, later.id AS later_id,
+            later.position - earlier.position AS distance
+        FROM ordered later JOIN ordered earlier
+          ON earlier.namespace = later.namespace AND earlier.conversation_id = later.conversation_id
+         AND earlier.position < later.position AND earlier.position >= later.position - {int(cfg.neighbor_k)}
+        WHERE NOT later.wired
+    ),
+    edges AS (
+        SELECT namespace, conversation_id, earlier_id AS src_id, later_id AS dst_id, 'forward' AS direction,
+            distance, {cfg.forward_weight!r} / distance AS weight
+        FROM neighbours
+        UNION ALL
+        SELECT namespace, conversation_id, later_id, earlier_id, 'backward', distance,
+            {cfg.backward_weight!r} / distance
+        FROM neighbours
+    )
+    SELECT e.namespace, e.src_id, e.dst_id, 'build' AS action, NULL AS weight_before,
+        round(e.weight, 6) AS weight_after, e.direction, e.distance, e.conversation_id
+    FROM edges e
+    WHERE round(e.weight, 6) >= {cfg.prune_threshold!r}
+      AND NOT EXISTS (SELECT 1 FROM l WHERE l.kind = 'temporal' AND l.src_id = e.src_id AND l.dst_id = e.dst_id)
+    """
+
+
+def _origins(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], str]:
+    rows = con.execute("SELECT src_id, dst_id, origin FROM l WHERE kind = 'temporal'").fetchall()
+    return {(src, dst): origin for src, dst, origin in rows}
+
+
+def _intents(
+    result: pa.Table, origins: dict[tuple[str, str], str], cfg: TemporalConfig, at: dt.datetime
+) -> pa.Table:
+    rows: list[dict[str, Any]] = []
+    marked: dict[str, str] = {}  # later memory -> namespace
+    for edge in result.to_pylist():
+        rows.append(_link_intent(edge, origins, cfg))
+        if edge["action"] == "build":
+            later = edge["dst_id"] if edge["direction"] == "forward" else edge["src_id"]
+            marked[later] = edge["namespace"]
+    when = format_timestamp(at)
+    for memory_id, namespace in sorted(marked.items()):
+        rows.append(
+            {
+                "namespace": namespace,
+                "target_id": memory_id,
+                "op": "set_metadata",
+                "params": {"values": {MARKER: {"builtAt": when, "neighbors": cfg.neighbor_k}}},
+                "reason": f"temporal edges to its previous {cfg.neighbor_k} memories built",
+                "evidence": {"rule": "temporal_build", "neighbors": cfg.neighbor_k},
+                "source": SOURCE,
+                "review_class": "auto",
+            }
+        )
+    return intents_table(rows) if rows else INTENT_SCHEMA.empty_table()
+
+
+def _link_intent(
+    edge: dict[str, Any], origins: dict[tuple[str, str], str], cfg: TemporalConfig
+) -> dict[str, Any]:
+    key = f"{edge['src_id']}|{edge['dst_id']}|temporal"
+    base = {
+        "namespace": edge["namespace"],
+        "target_kind": "link",
+        "target_id": key,
+        "source": SOURCE,
+        "review_class": "auto",
+    }
+    evidence = {
+        "rule": f"temporal_{edge['action']}",
+        "weight_before": edge["weight_before"],
+        "weight_after": edge["weight_after"],
+    }
+    link = {"src_id": edge["src_id"], "dst_id": edge["dst_id"], "kind": "temporal"}
+    match edge["action"]:
+        case "prune":
+            reason = f"weight {edge['weight_before']:.4f} x {cfg.decay_rate} fell below {cfg.prune_threshold}"
+            return {**base, "op": "delete_link", "params": link, "reason": reason, "evidence": evidence}
+        case "build":
+            reason = f"{edge['direction']} neighbour at distance {edge['distance']} in conversation {edge['conversation_id']}"
+            evidence = {**evidence, "direction": edge["direction"], "distance": edge["distance"]}
+            origin = SOURCE
+        case "boost":
+            reason = f"traversed since the last cycle: x {cfg.decay_rate} x {cfg.traversal_boost}"
+            origin = origins.get((edge["src_id"], edge["dst_id"]), SOURCE)
+        case _:
+            reason = f"cycle decay x {cfg.decay_rate}"
+            origin = origins.get((edge["src_id"], edge["dst_id"]), SOURCE)
+    params = {**link, "weight": edge["weight_after"], "origin": origin}
+    return {**base, "op": "upsert_link", "params": params, "reason": reason, "evidence": evidence}
