@@ -66,12 +66,14 @@ def _kept_pairs(
     return (
         con.sql(
             f"""
-        WITH live AS (SELECT id, namespace FROM m WHERE zone = 'active' AND superseded_by IS NULL),
+        -- Rows are matched on id + namespace as one key: with two equalities the optimizer would infer
+        -- x.namespace = y.namespace and join the two scans of `live` on namespace first (quadratic).
+        WITH live AS (SELECT id || chr(31) || namespace AS key FROM m WHERE zone = 'active' AND superseded_by IS NULL),
         band AS (
             SELECT p.namespace, least(p.left_id, p.right_id) AS a, greatest(p.left_id, p.right_id) AS b,
                 max(p.score) AS score
-            FROM p JOIN live x ON x.id = p.left_id AND x.namespace = p.namespace
-                   JOIN live y ON y.id = p.right_id AND y.namespace = p.namespace
+            FROM p SEMI JOIN live x ON x.key = p.left_id || chr(31) || p.namespace
+                   SEMI JOIN live y ON y.key = p.right_id || chr(31) || p.namespace
             WHERE p.score >= {float(low)!r} AND p.score < {float(high)!r} AND p.left_id <> p.right_id
             GROUP BY ALL
         ),

@@ -167,12 +167,15 @@ def _eligible_edges(pairs: pa.Table, eligible: pa.Table, threshold: float) -> pa
     con = duckdb.connect()
     con.register("p", pairs.select(["namespace", "left_id", "right_id", "score"]))
     con.register("e", eligible.select(["id", "namespace"]))
+    # One key for id + namespace: with two equalities per join the optimizer infers x.namespace = y.namespace
+    # and joins the two scans of `e` on namespace first (quadratic in a namespace's size).
     return con.sql(
         f"""
+        WITH k AS (SELECT id || chr(31) || namespace AS key FROM e)
         SELECT p.namespace, least(p.left_id, p.right_id) AS a, greatest(p.left_id, p.right_id) AS b,
             max(p.score) AS score
-        FROM p JOIN e x ON x.id = p.left_id AND x.namespace = p.namespace
-               JOIN e y ON y.id = p.right_id AND y.namespace = p.namespace
+        FROM p SEMI JOIN k x ON x.key = p.left_id || chr(31) || p.namespace
+               SEMI JOIN k y ON y.key = p.right_id || chr(31) || p.namespace
         WHERE p.score >= {float(threshold)!r} AND p.left_id <> p.right_id
         GROUP BY ALL ORDER BY a, b
         """
@@ -192,18 +195,17 @@ def _namespaces_by_index(edges: pa.Table, ids: pa.Array) -> list[str]:
 
 
 def _grow(centre: int, dst: np.ndarray, starts: np.ndarray, assigned: np.ndarray) -> list[int]:
+    # Neighbour lists are short: python sets beat numpy's per-call overhead here.
     neighbours = dst[starts[centre] : starts[centre + 1]]  # best-first
-    allowed = ~assigned[neighbours]
+    open_ = [int(n) for n in neighbours[~assigned[neighbours]]]
     members = [centre]
-    while True:
-        open_positions = np.flatnonzero(allowed)
-        if open_positions.size == 0:
-            return members
-        candidate = int(neighbours[open_positions[0]])
+    while open_:
+        candidate = open_.pop(0)
         members.append(candidate)
-        allowed[open_positions[0]] = False
         # Complete linkage: later candidates must be adjacent to this member too.
-        allowed &= np.isin(neighbours, dst[starts[candidate] : starts[candidate + 1]])
+        adjacent = set(dst[starts[candidate] : starts[candidate + 1]].tolist())
+        open_ = [n for n in open_ if n in adjacent]
+    return members
 
 
 def _coherent(
@@ -215,17 +217,13 @@ def _coherent(
     starts: np.ndarray,
     prefix: str,
 ) -> CoherentCluster:
-    member_set = np.array(sorted(members))
+    inside = set(members)
     scores: dict[tuple[str, str], float] = {}
     for member in members:
-        neighbours = dst[starts[member] : starts[member + 1]]
-        inside = np.isin(neighbours, member_set) & (neighbours > member)
-        for other, s in zip(
-            neighbours[inside].tolist(),
-            sim[starts[member] : starts[member + 1]][inside].tolist(),
-            strict=True,
-        ):
-            scores[(ids[member], ids[other])] = float(s)
+        window = slice(starts[member], starts[member + 1])
+        for other, s in zip(dst[window].tolist(), sim[window].tolist(), strict=True):
+            if other in inside and other > member:
+                scores[(ids[member], ids[other])] = float(s)
     names = tuple(sorted(ids[m] for m in members))
     digest = hashlib.sha256("|".join((namespace, *names)).encode()).hexdigest()[:10]
     cluster = CoherentCluster(f"{prefix}-{digest}", namespace, names, names[0], scores)

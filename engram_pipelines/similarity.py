@@ -131,7 +131,7 @@ def similar_pairs(
         result.margin_by_group[code] = plan.margin
         result.probes_by_group[code] = plan.probes_per_row
         chunks += _run_items(plan.items, progress, f"similar pairs: group {code} cells", workers)
-        del plan  # the reordered copy of the group goes before the next group's is built
+        del plan  # its probe and position arrays go before the next group's are built
 
     result.left, result.right, result.score = _sorted_pairs(chunks, len(matrix))
     return result

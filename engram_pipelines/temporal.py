@@ -84,14 +84,17 @@ def _literal(at: dt.datetime) -> str:
 def _cycle_sql(cfg: TemporalConfig, at: dt.datetime) -> str:
     boosted = f"l.weight * {cfg.decay_rate!r} * {cfg.traversal_boost!r}"
     return f"""
-    WITH due AS (
+    -- Endpoints are matched on id + namespace as one key: with two equalities per join the optimizer would
+    -- infer a.namespace = b.namespace and join the two scans of `m` on namespace first (quadratic).
+    WITH keyed AS (SELECT id || chr(31) || namespace AS key, zone FROM m),
+    due AS (
         SELECT l.namespace, l.src_id, l.dst_id, l.weight,
             coalesce(l.traversed_at > l.updated_at, false) AS traversed,
             round(CASE WHEN coalesce(l.traversed_at > l.updated_at, false)
                        THEN least({boosted}, greatest(l.weight, {WEIGHT_CEILING!r}))
                        ELSE l.weight * {cfg.decay_rate!r} END, 6) AS new_weight
-        FROM l JOIN m a ON a.id = l.src_id AND a.namespace = l.namespace
-               JOIN m b ON b.id = l.dst_id AND b.namespace = l.namespace
+        FROM l JOIN keyed a ON a.key = l.src_id || chr(31) || l.namespace
+               JOIN keyed b ON b.key = l.dst_id || chr(31) || l.namespace
         WHERE l.kind = 'temporal' AND l.updated_at < {_literal(at)}
           AND l.src_id <> l.dst_id AND NOT (a.zone = 'purge_queue' AND b.zone = 'purge_queue')
     )

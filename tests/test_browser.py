@@ -1,8 +1,9 @@
 """What a person sees in the Dagster UI after a nightly run, driven in headless Chromium.
 
 The module loads the demo corpus and runs the nightly job into a fresh Dagster instance (a temporary
-DAGSTER_HOME), materialises the on-demand `decay_preview`, starts `dagster dev` on 127.0.0.1 and then reads the
-asset graph, asset pages with their metadata, a check result and the plots, and the change set's review page.
+DAGSTER_HOME), starts `dagster dev` on 127.0.0.1, materialises the on-demand `decay_preview` beside it, and then
+reads the asset graph, asset pages with their metadata, a check result and the plots, and the change set's review
+page.
 Screenshots land in artifacts/browser/ (with the server's and ChromeDriver's logs) for a person to look at.
 
 Chromium and ChromeDriver come from the system's packages (scripts/install_browser.sh); without them, or without
@@ -81,7 +82,7 @@ DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
 
 @dataclass(frozen=True)
 class Demo:
-    """A store, warehouse and Dagster instance after the nightly job and the decay preview for `as_of`."""
+    """A store, warehouse and Dagster instance after the nightly job for `as_of`."""
 
     root: Path
     env: dict[str, str]
@@ -114,8 +115,8 @@ def _free_port() -> int:
 
 
 def _default_sigint() -> None:
-    # A job started from a non-interactive shell inherits SIGINT ignored, and Dagster's SIGTERM handler only
-    # re-raises SIGINT: `dagster dev` would then ignore SIGTERM (docs: shared notes). Restore it in the child.
+    # A job started from a non-interactive shell inherits SIGINT ignored, and Dagster's SIGTERM handler acts
+    # through SIGINT: such a `dagster dev` ran on for minutes after SIGTERM here. Restore it in the child.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
@@ -164,6 +165,20 @@ def _wait_for_server(proc: subprocess.Popen[bytes], base: str, log: Path) -> Non
     pytest.fail(f"dagster dev did not serve {base} within {SERVER_START_TIMEOUT:.0f}s; see {log}")
 
 
+def _materialise_decay_preview(demo: Demo, log: Path) -> None:
+    """The preview is not a nightly step: materialise it as a user would, from the command line.
+
+    In-process: the default executor starts a subprocess per step, ~10 s more on 2 cores.
+    """
+    in_process = json.dumps({"execution": {"config": {"in_process": {}}}})
+    _run(
+        [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "assets.definitions"]
+        + ["--select", "decay_preview", "--partition", demo.as_of, "--config-json", in_process],
+        demo.env,
+        log,
+    )
+
+
 # --- fixtures -----------------------------------------------------------------------------------------------
 
 
@@ -177,7 +192,7 @@ def artifacts() -> Path:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Demo:
-    """The demo corpus after the nightly job and the decay preview, recorded in a fresh Dagster instance."""
+    """The demo corpus after the nightly job, recorded in a fresh Dagster instance, and its review page."""
     root = tmp_path_factory.mktemp("browser")
     home = root / "dagster_home"
     home.mkdir()
@@ -196,17 +211,6 @@ def demo(tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Demo:
 
     summary = json.loads(_run([*cli, "demo", "--size", str(DEMO_SIZE), "--as-of", as_of, "--json"], env, log))
     assert summary["success"], summary.get("error")
-
-    # The preview is not a nightly step; materialise it as a user would, in-process (a subprocess per step
-    # costs ~10 s on 2 cores).
-    in_process = json.dumps({"execution": {"config": {"in_process": {}}}})
-    dagster = [sys.executable, "-m", "dagster"]
-    _run(
-        [*dagster, "asset", "materialize", "-m", "assets.definitions", "--select", "decay_preview"]
-        + ["--partition", as_of, "--config-json", in_process],
-        env,
-        log,
-    )
 
     sets = json.loads(_run([*cli, "changes", "list", "--json"], env, log))
     gated = [s["change_set_id"] for s in sets if s["review_class"] == "gated" and s["status"] == "proposed"]
@@ -235,6 +239,8 @@ def ui(demo: Demo, artifacts: Path) -> Iterator[str]:
             preexec_fn=_default_sigint,
         )
     try:
+        # While the server starts (~30 s), which also shows that the UI picks up a materialisation made beside it.
+        _materialise_decay_preview(demo, artifacts / "setup.log")
         _wait_for_server(proc, base, log)
         yield base
     finally:
