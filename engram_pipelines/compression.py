@@ -7,7 +7,8 @@ when the scores table has none; no score at all is not eligible). High-importanc
 compressed: the importance filter is what makes the operation safe (seed 001).
 
 Clusters: complete-linkage clusters of eligible rows at >= `compression.similarity_threshold` (every member
-related to every other, no chaining; see `semantic.coherent_clusters`), of at least `min_cluster_size`.
+related to every other, no chaining; see `semantic.coherent_clusters`), of at least `min_cluster_size`,
+settled in one run (`settled_clusters`: the rows left over are clustered again until nothing is found).
 
 The summary is extractive (no LLM) and deterministic: the medoid's content first, then the member least
 similar to everything already taken (the most distinct), and so on; exact repeats (case and spacing ignored)
@@ -33,6 +34,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.config import CompressionConfig, Config
@@ -64,11 +66,7 @@ def compression(
     """Summaries of clusters of low-importance memories; returns (COMPRESSION_SCHEMA table, gated intents)."""
     cfg = config.compression
     eligible = eligible_rows(memories, scores, cfg)
-    clusters = [
-        c
-        for c in coherent_clusters(pairs, eligible, cfg.similarity_threshold, prefix="sum")
-        if len(c.members) >= cfg.min_cluster_size
-    ]
+    clusters = settled_clusters(pairs, eligible, cfg)
     if not clusters:
         return COMPRESSION_SCHEMA.empty_table(), INTENT_SCHEMA.empty_table()
     facts = rows_by_id(eligible, {m for c in clusters for m in c.members})
@@ -81,6 +79,28 @@ def compression(
         result.extend(_result_rows(cluster, summary_id, facts, {order[i] for i in included}))
         intents.extend(_cluster_intents(cluster, summary_id, content, facts, at))
     return pa.Table.from_pylist(result, schema=COMPRESSION_SCHEMA), intents_table(intents)
+
+
+def settled_clusters(pairs: pa.Table, eligible: pa.Table, cfg: CompressionConfig) -> list[CoherentCluster]:
+    """Clusters of at least `min_cluster_size`, repeated on the rows left over until a pass finds none.
+
+    Once a cluster's members are archived, the next run clusters the rows left over, and their order (by degree)
+    no longer counts the archived neighbours, so it can find clusters this pass did not. Repeating the pass here
+    reaches the same outcome as successive runs in one, so a rerun on the applied store finds nothing.
+    """
+    out: list[CoherentCluster] = []
+    remaining = eligible
+    while True:
+        found = [
+            c
+            for c in coherent_clusters(pairs, remaining, cfg.similarity_threshold, prefix="sum")
+            if len(c.members) >= cfg.min_cluster_size
+        ]
+        if not found:
+            return sorted(out, key=lambda c: (c.namespace, c.cluster_id))
+        out.extend(found)
+        taken = pa.array(sorted({m for c in found for m in c.members}), pa.string())
+        remaining = remaining.filter(pc.invert(pc.is_in(remaining["id"], value_set=taken)))
 
 
 def eligible_rows(memories: pa.Table, scores: pa.Table, cfg: CompressionConfig) -> pa.Table:

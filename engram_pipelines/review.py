@@ -15,9 +15,12 @@ from engram_pipelines.store import ChangeSetRecord, redact
 
 
 def _clusters(rows: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Memory changes grouped by cluster, and the rest; a cluster's links are shown through its losers."""
     clusters: dict[str, list[dict[str, Any]]] = defaultdict(list)
     rest = []
     for row in rows:
+        if row.get("cluster_id") and row["target_kind"] == "link":
+            continue
         if row.get("cluster_id"):
             clusters[row["cluster_id"]].append(row)
         else:

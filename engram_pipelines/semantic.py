@@ -2,7 +2,9 @@
 
 Deterministic, no LLM. One run, per namespace (nothing ever crosses one) and per embedding model:
 
-1. **Clusters.** Episodic rows that are active and not superseded, paired at >= `cluster_similarity_threshold`,
+1. **Clusters.** Episodic rows that are not superseded and not queued for purge (archived rows are still
+   evidence, as they are for the cascade; so archiving by retention or compression changes nothing here),
+   paired at >= `cluster_similarity_threshold`,
    form *coherent* clusters (`coherent_clusters`): centres are visited by degree, then summed similarity,
    then id; a centre takes its unassigned neighbours best-first, each only if it is at or above the threshold
    to every member already taken (complete linkage, no chaining). The representative of a cluster is its
@@ -31,8 +33,8 @@ Deterministic, no LLM. One run, per namespace (nothing ever crosses one) and per
    baseline (>= 8 valid sources, confidence >= 0.8), assessed (>= 4, >= 2 cycles, variability >= threshold),
    corroborated (>= 2), raw. A *cycle* is an as-of instant at which the node got evidence (created or
    reinforced), counted once per instant, so a node is never rewritten just because a night passed.
-7. **Compression marks.** Episodic rows at >= `compression_threshold` to an assessed or baseline node get
-   `metadata.semanticCompressed` = {node, score, at} (a marker only: nothing is hidden).
+7. **Compression marks.** Active, unsuperseded episodic rows at >= `compression_threshold` to an assessed or
+   baseline node get `metadata.semanticCompressed` = {node, score, at} (a marker only: nothing is hidden).
 
 A new node is an `insert_memory` (id `sem-` + sha256(namespace, sorted source ids)[:20], kind `semantic`, tier
 `ltm`, content = its medoid's content, importance = the sources' maximum, tags every source shares,
@@ -303,7 +305,8 @@ def memory_facts(memories: pa.Table) -> pa.Table:
                 || coalesce(json_extract_string(metadata, '$.project_id'), '') AS context,
             json_extract(metadata, '$.semantic')::VARCHAR AS semantic,
             json_extract(metadata, '$.semanticCompressed') IS NOT NULL AS compressed,
-            zone = 'active' AND superseded_by IS NULL AS live
+            zone = 'active' AND superseded_by IS NULL AS live,
+            zone <> 'purge_queue' AND superseded_by IS NULL AS evidence
         FROM m ORDER BY id
         """
     ).to_arrow_table()
@@ -537,7 +540,8 @@ def semantic_extraction(
     cfg = config.semantic
     facts = memory_facts(memories)
     run = _start_run(facts, memories, links, vectors, cfg, at)
-    candidates = facts.filter(pc.and_(pc.equal(facts["kind"], "episodic"), facts["live"]))
+    episodic = facts.filter(pc.equal(facts["kind"], "episodic"))
+    candidates = episodic.filter(episodic["evidence"])
     clusters = coherent_clusters(pairs, candidates, cfg.cluster_similarity_threshold, prefix="sem")
     run.facts.update(rows_by_id(facts, {m for c in clusters for m in c.members} - run.facts.keys()))
     for cluster in clusters:
@@ -545,7 +549,7 @@ def semantic_extraction(
     _drop_existing_ids(run, facts)
     for node_id in sorted(run.nodes):
         _maintain(run.nodes[node_id], run)
-    _mark_compressed(run, candidates)
+    _mark_compressed(run, episodic.filter(episodic["live"]))
     works = [run.nodes[n] for n in sorted(run.nodes)]
     return _result_table(works, run.rejects, cfg), _intents(works, run)
 

@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
+bash scripts/install_browser.sh  # Debian's chromium + chromedriver for tests/test_browser.py
 exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 "$@"

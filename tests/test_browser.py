@@ -426,11 +426,6 @@ def test_review_page_shows_clusters_and_the_approve_command(demo: Demo, browser:
     _shot(browser, "review-page-filtered")
 
 
-@pytest.mark.xfail(
-    reason="review_html draws a cluster's upsert_link rows (target 'loser|canonical|duplicate-of') as extra "
-    "losers reading '(not in the store)'",
-    strict=False,
-)
 def test_review_page_lists_only_memories_as_losers(demo: Demo, browser: WebDriver) -> None:
     browser.get(demo.review_html.as_uri())
     _wait(browser, "//div[contains(@class, 'cluster')]", "a cluster")
