@@ -27,6 +27,11 @@ ANALYSIS_SOURCES: list[str] = [
     "contradictions",
     "duplicates",
     "consolidation",
+    "semantic",
+    "compression",
+    "associations",
+    "temporal",
+    "gc",
 ]
 
 

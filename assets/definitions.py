@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import changes, contradictions, ingest, lifecycle, reports, similarity
+from assets import changes, contradictions, ingest, knowledge, lifecycle, reports, similarity
 from assets.jobs import consolidate_job, nightly_job, schedules
 from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.config import load_config, store_url, warehouse_path
@@ -14,7 +14,7 @@ def build_definitions(
     store: str | None = None, warehouse: str | None = None, config_path: str | None = None
 ) -> dg.Definitions:
     config = load_config(config_path)
-    modules = [ingest, lifecycle, similarity, contradictions, changes, reports]
+    modules = [ingest, lifecycle, similarity, contradictions, knowledge, changes, reports]
     return dg.Definitions(
         assets=dg.load_assets_from_modules(modules),
         asset_checks=dg.load_asset_checks_from_modules(modules),

@@ -60,7 +60,7 @@ def _kept_pairs(
     memories: pa.Table, links: pa.Table, pairs: pa.Table, *, low: float, high: float, top_k: int
 ) -> pa.Table:
     con = duckdb.connect()
-    con.register("m", memories.select(["id", "namespace", "zone", "superseded_by"]))
+    con.register("m", memories.select(["id", "namespace", "kind", "zone", "superseded_by"]))
     con.register("l", links.select(["namespace", "src_id", "dst_id", "kind", "weight"]))
     con.register("p", pairs.select(["namespace", "left_id", "right_id", "score"]))
     return (
@@ -68,7 +68,10 @@ def _kept_pairs(
             f"""
         -- Rows are matched on id + namespace as one key: with two equalities the optimizer would infer
         -- x.namespace = y.namespace and join the two scans of `live` on namespace first (quadratic).
-        WITH live AS (SELECT id || chr(31) || namespace AS key FROM m WHERE zone = 'active' AND superseded_by IS NULL),
+        -- Semantic nodes and summaries are linked to their sources already (derived-from, summarized-into):
+        -- associating them again would only echo their sources.
+        WITH live AS (SELECT id || chr(31) || namespace AS key FROM m
+                      WHERE zone = 'active' AND superseded_by IS NULL AND kind NOT IN ('semantic', 'summary')),
         band AS (
             SELECT p.namespace, least(p.left_id, p.right_id) AS a, greatest(p.left_id, p.right_id) AS b,
                 max(p.score) AS score

@@ -16,8 +16,20 @@ import pyarrow as pa
 from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.config import Config
 
-# Links that mean "another memory refers to this one" (temporal neighbours and merges do not).
+# Links that mean "another memory refers to this one" (temporal neighbours and merges do not), written by
+# agents: the pipeline's own associations and derivations are evidence of similarity, not of reference.
 REFERENCE_LINK_KINDS = ("associated", "derived-from")
+PIPELINE_ORIGINS = (
+    "pipeline",
+    "associations",
+    "semantic",
+    "compression",
+    "duplicates",
+    "consolidation",
+    "contradictions",
+    "temporal",
+    "gc",
+)
 
 PROMOTION_SCHEMA = pa.schema(
     [
@@ -45,7 +57,7 @@ def promotions(memories: pa.Table, scores: pa.Table, links: pa.Table, config: Co
         ),
     )
     con.register("scores", scores.select(["id", "score"]))
-    con.register("links", links.select(["dst_id", "kind"]))
+    con.register("links", links.select(["dst_id", "kind", "origin"]))
     kinds = _sql_list(list(REFERENCE_LINK_KINDS))
     con.execute(
         f"""
@@ -54,7 +66,8 @@ def promotions(memories: pa.Table, scores: pa.Table, links: pa.Table, config: Co
                coalesce(l.inbound, 0) AS inbound
         FROM memories m
         LEFT JOIN scores s USING (id)
-        LEFT JOIN (SELECT dst_id, count(*) AS inbound FROM links WHERE list_contains({kinds}, kind)
+        LEFT JOIN (SELECT dst_id, count(*) AS inbound FROM links
+                   WHERE list_contains({kinds}, kind) AND NOT list_contains({_sql_list(list(PIPELINE_ORIGINS))}, origin)
                    GROUP BY dst_id) l ON l.dst_id = m.id
         WHERE m.zone = 'active' AND m.superseded_by IS NULL
         """

@@ -2,13 +2,13 @@
 
 Deterministic, no LLM. One run, per namespace (nothing ever crosses one) and per embedding model:
 
-1. **Clusters.** Episodic rows that are not superseded and not queued for purge (archived rows are still
-   evidence, as they are for the cascade; so archiving by retention or compression changes nothing here),
-   paired at >= `cluster_similarity_threshold`,
-   form *coherent* clusters (`coherent_clusters`): centres are visited by degree, then summed similarity,
-   then id; a centre takes its unassigned neighbours best-first, each only if it is at or above the threshold
-   to every member already taken (complete linkage, no chaining). The representative of a cluster is its
-   medoid: the member with the highest summed similarity to the others (ties: lowest id).
+1. **Clusters.** Episodic rows that are not superseded and not queued for purge, paired at >=
+   `cluster_similarity_threshold`, form *coherent* clusters (`coherent_clusters`): centres are visited by
+   degree, then summed similarity, then id; a centre takes its unassigned neighbours best-first, each only if it
+   is at or above the threshold to every member already taken (complete linkage, no chaining). The
+   representative of a cluster is its medoid: the member with the highest summed similarity to the others
+   (ties: lowest id). Archived rows are still evidence (as they are for the cascade), so archiving by retention
+   or compression changes nothing here.
 2. **Dissent first.** Members are taken most central first (summed similarity, then id); one that contradicts
    a member already taken (a `contradicts` link either way, or `metadata.contradictionWith`) is not evidence:
    it is recorded as dissent on the node. The medoid comes first, so whatever contradicts it is dissent; so is
@@ -53,6 +53,7 @@ Nothing here hides a row: every op is an insert, a link upsert or a metadata wri
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -229,7 +230,7 @@ def _coherent(
     names = tuple(sorted(ids[m] for m in members))
     digest = hashlib.sha256("|".join((namespace, *names)).encode()).hexdigest()[:10]
     cluster = CoherentCluster(f"{prefix}-{digest}", namespace, names, names[0], scores)
-    return CoherentCluster(cluster.cluster_id, namespace, names, cluster.medoid_of(names), scores)
+    return dataclasses.replace(cluster, medoid=cluster.medoid_of(names))
 
 
 # -- vectors -------------------------------------------------------------------------------------------------
@@ -705,7 +706,8 @@ def _maintain(work: _NodeWork, run: _Run) -> None:
         state.confidence *= run.cfg.stale_decay_rate
         state.decayed_at = run.when
         work.changes.append("anti_anchoring")
-    valid = [s for s in state.sources if s not in set(state.lost)]
+    lost = set(state.lost)
+    valid = [s for s in state.sources if s not in lost]
     if len(valid) <= 1 and state.confidence > run.cfg.single_source_ceiling:
         state.confidence = run.cfg.single_source_ceiling
         work.changes.append("single_source_ceiling")

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,6 +45,10 @@ SMALL_GROUP_MAX = 256
 _PAD_LADDER = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 _BATCH_ROWS = 8192  # rows (groups x padded size) in one batched matmul
 
+THREADED_BLAS = False
+"""False: tiles run on one Python thread per core, BLAS at one thread each (measured faster here: the threads
+also share the index extraction, which is single-threaded numpy). True: one thread, BLAS on every core."""
+
 EDGE_BAND = 1e-5
 """Scores within this of the threshold are re-scored in float64: float32 GEMM error at d=384 is ~1e-6."""
 
@@ -54,7 +59,8 @@ _MAX_CELLS = 4096
 _TRAIN_ROWS_PER_CELL = 32
 _KMEANS_ITERATIONS = 8
 _CALIBRATION_ROWS = (512, 1024, 2048)  # grown while too few pairs are seen
-_MIN_CALIBRATION_PAIRS = 400  # fewer cannot show a 0.99 recall with any margin
+_MIN_CALIBRATION_PAIRS = 400  # fewer cannot show a 0.99 recall at all (Wilson bound, z = 2, no miss)
+_WANTED_CALIBRATION_PAIRS = 1000  # the sample grows towards this many: fewer pairs, a wider (costlier) margin
 _MIN_CALIBRATION_UNITS = 30  # sampled rows that have pairs
 _MIN_SEEN_COSINES = 20  # real pairs whose cosines made partners copy; fewer: made at the threshold
 _CALIBRATION_Z = 2.0
@@ -217,13 +223,25 @@ def _worker_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+@contextmanager
+def _parallel(workers: int) -> Iterator[ThreadPoolExecutor]:
+    """A pool for tiles: one Python thread per core with BLAS at one thread each, or (THREADED_BLAS, for
+    comparison) one Python thread driving BLAS on every core."""
+    if THREADED_BLAS:
+        with ThreadPoolExecutor(1) as pool:
+            yield pool
+    else:
+        with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
+            yield pool
+
+
 def _run_items(items: list[Callable[[], Hits]], progress: Progress, task: str, workers: int) -> list[Hits]:
     """Runs the tiles on one thread per core with BLAS at one thread each; results in item order."""
     if not items:
         return []
     progress.start(task, len(items))
     results: list[Hits] = []
-    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
+    with _parallel(workers) as pool:
         for hits in pool.map(lambda item: item(), items):
             results.append(hits)
             progress.advance(1)
@@ -468,7 +486,7 @@ def _calibrate(
         sample = rows[np.sort(rng.choice(size, min(size, sample_size), replace=False))]
         source_row, needs, scores = _sample_pair_needs(matrix, rows, sample, centroids, t32)
         biggest_sample_pairs = len(needs) * min(size, _CALIBRATION_ROWS[-1]) / len(sample)
-        if len(needs) >= _MIN_CALIBRATION_PAIRS or biggest_sample_pairs < _MIN_CALIBRATION_PAIRS:
+        if len(needs) >= _WANTED_CALIBRATION_PAIRS or biggest_sample_pairs < _MIN_CALIBRATION_PAIRS:
             break  # enough pairs, or so few that no affordable sample would have enough
     sample_sims = matrix[sample] @ centroids.T
     chosen = _smallest_sufficient_margin(source_row, needs, recall_target)
@@ -554,8 +572,9 @@ def _smallest_sufficient_margin(
     sample is too small to show it.
 
     A sampled row's pairs are not independent draws (one sub-topic split between two cells costs many of them
-    at once), so the uncertainty is that of a ratio estimator with the sampled rows as clusters: the spread of
-    the rows' miss counts, not a binomial over pairs.
+    at once): the spread of the rows' miss counts (a ratio estimator with the sampled rows as clusters) gives
+    the design effect, and a Wilson upper bound on the miss rate over the effective number of pairs gives the
+    margin of error, which stays honest when only a handful of misses are seen.
     """
     finite = needs[np.isfinite(needs)]
     if len(needs) < _MIN_CALIBRATION_PAIRS or finite.size == 0:
@@ -574,9 +593,24 @@ def _smallest_sufficient_margin(
     misses = pairs[:, None] - found
     miss_rate = misses.sum(axis=0) / pairs.sum()
     residual = misses - miss_rate[None, :] * pairs[:, None]
-    standard_error = np.sqrt(units / (units - 1) * (residual**2).sum(axis=0)) / pairs.sum()
-    enough = miss_rate + _CALIBRATION_Z * standard_error <= 1.0 - recall_target
+    clustered_variance = units / (units - 1) * (residual**2).sum(axis=0) / pairs.sum() ** 2
+    binomial_variance = miss_rate * (1 - miss_rate) / pairs.sum()
+    design_effect = np.maximum(
+        1.0,
+        np.divide(
+            clustered_variance, binomial_variance, where=binomial_variance > 0, out=np.ones_like(miss_rate)
+        ),
+    )
+    upper = _wilson_upper(miss_rate, pairs.sum() / design_effect, _CALIBRATION_Z)
+    enough = upper <= 1.0 - recall_target
     return float(candidates[np.argmax(enough)]) if enough.any() else None
+
+
+def _wilson_upper(rate: np.ndarray, trials: np.ndarray, z: float) -> np.ndarray:
+    z2 = z * z
+    centre = rate + z2 / (2 * trials)
+    spread = z * np.sqrt(rate * (1 - rate) / trials + z2 / (4 * trials * trials))
+    return (centre + spread) / (1 + z2 / trials)
 
 
 def _assign(
@@ -594,7 +628,7 @@ def _assign(
         r, c = np.nonzero(probed)
         return start + r, c.astype(np.int32)
 
-    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
+    with _parallel(workers) as pool:
         parts = list(pool.map(assign_block, range(0, len(rows), _ASSIGN_ROWS)))
     prober_row = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     prober_cell = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=np.int32)

@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from engram_pipelines.compression import (
     SUMMARY_MAX_CHARS,
     compression,
+    eligible_rows,
     extractive_summary,
+    settled_clusters,
     summary_id_for,
 )
 from engram_pipelines.config import Config
+from engram_pipelines.semantic import coherent_clusters
 from tests.lifecycle_helpers import AS_OF
 from tests.test_semantic import World, axis, direction, episode, ops, params_of
 
@@ -164,3 +168,22 @@ def test_extractive_summary_skips_repeats_and_stops_at_the_cap():
     assert text == "a" * 30 + "." and included == [0]
     text, _ = extractive_summary(["x" * (SUMMARY_MAX_CHARS + 50)], SUMMARY_MAX_CHARS)
     assert len(text) == SUMMARY_MAX_CHARS and text.endswith("…")
+
+
+def test_clusters_settle_in_one_run_on_a_random_corpus():
+    rng = np.random.default_rng(2)  # a corpus where one greedy pass leaves a cluster for the next night
+    rows = []
+    for i in range(120):
+        v = rng.standard_normal(8) * np.array([1, 1, 1] + [0.15] * 5)
+        rows.append(episode(f"m{i:03d}", (v / np.linalg.norm(v)).tolist(), None, importance=0.2, score=0.1))
+    world = World(rows)
+    cfg = Config().compression
+    eligible = eligible_rows(world.memories(), scores_of(world), cfg)
+    one_pass = [
+        c
+        for c in coherent_clusters(world.pairs(), eligible, cfg.similarity_threshold, prefix="sum")
+        if len(c.members) >= cfg.min_cluster_size
+    ]
+    assert len(settled_clusters(world.pairs(), eligible, cfg)) > len(one_pass)
+    _, intents = run(world)
+    assert run(world.apply(intents, AS_OF))[1].num_rows == 0

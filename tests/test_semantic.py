@@ -419,15 +419,19 @@ def test_nothing_crosses_a_namespace():
         assert all(i.startswith("sem-") or {"ns1": "e", "ns2": "x"}[row["namespace"]] == i[0] for i in ids)
 
 
-def test_only_live_episodic_rows_are_evidence():
+def test_superseded_queued_and_non_episodic_rows_are_no_evidence_but_archived_rows_are():
     rows = three_close(("c1", "c2", "c3"))
     rows[2]["superseded_by"] = "e0"
-    rows.append(episode("z", direction(2.0), "c4", zone="archived"))
+    rows.append(episode("q", direction(2.0), "c4", zone="purge_queue"))
     rows.append(episode("k", direction(3.0), "c5", kind="summary"))
     _, intents = run(World(rows))
-    inserts = [o for o, _ in ops(intents) if o == "insert_memory"]
-    assert len(inserts) == 1
+    assert [o for o, _ in ops(intents)].count("insert_memory") == 1
     assert node_state(intents, node_id_for("ns1", ["e0", "e1"]))["sources"] == ["e0", "e1"]
+    # Archived rows are still evidence (as for the cascade): archiving them changes nothing here.
+    rows = three_close(("c1", "c2", "c3"))
+    rows[2]["zone"] = "archived"
+    _, intents = run(World(rows))
+    assert node_state(intents, node_id_for("ns1", ["e0", "e1", "e2"]))["sources"] == ["e0", "e1", "e2"]
 
 
 def test_dissent_is_recorded_never_discarded():

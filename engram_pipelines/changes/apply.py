@@ -219,7 +219,7 @@ class _Context:
         writes = [
             LinkWrite(change["change_id"], change["op"], json.loads(change["patch"])) for change in chunk
         ]
-        self.store.write_links(writes, actor=self.actor, change_set_id=self.change_set_id)
+        self.store.write_links(writes, actor=self.actor, change_set_id=self.change_set_id, at=self.at)
 
 
 def _op_name(change: dict[str, Any]) -> str:

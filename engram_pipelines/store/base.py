@@ -713,9 +713,15 @@ class Store(ABC):
             )
         return landed
 
-    def write_links(self, writes: Sequence[LinkWrite], *, actor: str, change_set_id: str) -> set[str]:
-        """Upsert or delete links, each with an audit row holding the link's pre-image."""
-        at = utc_now()
+    def write_links(
+        self, writes: Sequence[LinkWrite], *, actor: str, change_set_id: str, at: dt.datetime | None = None
+    ) -> set[str]:
+        """Upsert or delete links, each with an audit row holding the link's pre-image.
+
+        `at` stamps `updated_at`: the apply passes the change set's as-of instant, so a link's `updated_at`
+        says which cycle last wrote it (temporal edges decay once per cycle, however late the apply ran).
+        """
+        at = at or utc_now()
         landed: set[str] = set()
         key_sql = "src_id = ? AND dst_id = ? AND kind = ?"
         cols = ", ".join(records.LINK_COLUMNS)

@@ -1,0 +1,209 @@
+"""Knowledge: semantic extraction, compression, associations, temporal edges and link garbage collection."""
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from assets.metadata import sample_markdown, standard
+from assets.partitions import as_of_date, as_of_partitions
+from assets.resources import EngramConfigResource, WarehouseResource
+from engram_pipelines.associations import ASSOCIATION_SCHEMA, associations
+from engram_pipelines.compression import COMPRESSION_SCHEMA, compression
+from engram_pipelines.gc import GC_SCHEMA, garbage_links
+from engram_pipelines.projection import project_auto_transitions
+from engram_pipelines.semantic import SEMANTIC_SCHEMA, semantic_extraction
+from engram_pipelines.temporal import TEMPORAL_SCHEMA, temporal_edges
+from engram_pipelines.timestamps import end_of_day
+from engram_pipelines.warehouse import Warehouse
+
+_COMMON = {
+    "partitions_def": as_of_partitions,
+    "group_name": "analysis",
+    "kinds": {"duckdb", "parquet"},
+    "owners": ["team:data-platform"],
+}
+
+
+def _finish(
+    wh: Warehouse,
+    name: str,
+    as_of,
+    result: pa.Table,
+    intents: pa.Table,
+    schema: pa.Schema,
+    sample: list[str],
+    **extra,
+) -> dg.MaterializeResult:
+    wh.write_table(name, as_of, result)
+    wh.write_proposals(name, as_of, intents)
+    return dg.MaterializeResult(
+        metadata={
+            **standard(schema, result.num_rows),
+            "transitions": intents.num_rows,
+            "by_op": dg.MetadataValue.json(_ops(intents)),
+            "sample": sample_markdown(result, [c for c in sample if c in result.column_names]),
+            **extra,
+        }
+    )
+
+
+def _ops(intents: pa.Table) -> dict[str, int]:
+    if intents.num_rows == 0:
+        return {}
+    return {str(r["values"]): int(r["counts"]) for r in pc.value_counts(intents["op"]).to_pylist()}
+
+
+@dg.asset(
+    deps=["memory_snapshot", "embeddings", "similarity_pairs", "contradictions", "duplicates", "retention"],
+    description=(
+        "Semantic extraction (seed 003), deterministic: episodic clusters at >= semantic.cluster_similarity_threshold "
+        "(0.7, every member to every other) with >= 2 sources and context variability (distinct conversation/"
+        "project pairs / size) >= 0.5 become a semantic row (the medoid's text, derived-from links) or reinforce "
+        "the node they match. ICD 203 tiers raw / corroborated / assessed / baseline with dual-axis confidence "
+        "(probability, confidence), single-source ceiling 0.6, anti-anchoring after 30 days (x0.95 per cycle), "
+        "dissent kept on the node, cascade on source loss, semanticCompressed marks. Class auto."
+    ),
+    **_COMMON,
+)
+def semantic(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
+    # Tonight's collapses and zone moves count already: one night settles what a second would otherwise redo.
+    memories = project_auto_transitions(
+        wh.read_table("memories", as_of),
+        wh.read_table("duplicates", as_of),
+        wh.read_table("retention", as_of),
+    )
+    result, intents = semantic_extraction(
+        memories,
+        wh.read_table("links", as_of),
+        wh.read_table("similarity_pairs", as_of),
+        wh.read_table("embeddings", as_of),
+        config,
+        end_of_day(as_of),
+    )
+    return _finish(
+        wh,
+        "semantic",
+        as_of,
+        result,
+        intents,
+        SEMANTIC_SCHEMA,
+        ["node_id", "namespace", "action", "tier", "confidence", "sources"],
+    )
+
+
+@dg.asset(
+    name="compression",
+    deps=["memory_snapshot", "similarity_pairs", "decay_scores", "contradictions"],
+    description=(
+        "Compression (seed 001): clusters of related low-value memories (importance <= compression.max_importance, "
+        "decay score <= compression.max_score, >= 3 members at >= 0.75) become one summary row whose content is an "
+        "extractive summary of its members; members are archived with summarized-into links. Pinned, important "
+        "and contradicted rows are never compressed. Class gated: applied only after approve."
+    ),
+    **_COMMON,
+)
+def compression_asset(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
+    result, intents = compression(
+        wh.read_table("memories", as_of),
+        wh.read_table("similarity_pairs", as_of),
+        wh.read_table("decay_scores", as_of),
+        config,
+        end_of_day(as_of),
+    )
+    return _finish(
+        wh,
+        "compression",
+        as_of,
+        result,
+        intents,
+        COMPRESSION_SCHEMA,
+        ["summary_id", "namespace", "members", "content"],
+    )
+
+
+@dg.asset(
+    name="associations",
+    deps=["memory_snapshot", "similarity_pairs"],
+    description=(
+        "Associations (seed 001): pairs related but below the merge band ([similarity.association_threshold, "
+        "similarity.merge_threshold) = [0.70, 0.85)) that are not linked yet get an associated link weighted by "
+        "the cosine, at most similarity.association_top_k (5) per memory. Class auto."
+    ),
+    **_COMMON,
+)
+def associations_asset(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
+    result, intents = associations(
+        wh.read_table("memories", as_of),
+        wh.read_table("links", as_of),
+        wh.read_table("similarity_pairs", as_of),
+        config,
+        end_of_day(as_of),
+    )
+    return _finish(
+        wh,
+        "associations",
+        as_of,
+        result,
+        intents,
+        ASSOCIATION_SCHEMA,
+        ["namespace", "src_id", "dst_id", "score"],
+    )
+
+
+@dg.asset(
+    deps=["memory_snapshot"],
+    description=(
+        "Temporal edges (seed 003): each cycle multiplies temporal link weights by temporal.decay_rate (0.95), "
+        "by temporal.traversal_boost (1.2) more when traversed since, and prunes those below 0.05; for historical "
+        "corpora builds the missing edges between consecutive memories of a conversation (3 neighbours, forward "
+        "weight above backward). Class auto."
+    ),
+    **_COMMON,
+)
+def temporal(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
+    config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
+    result, intents = temporal_edges(
+        wh.read_table("memories", as_of), wh.read_table("links", as_of), config, end_of_day(as_of)
+    )
+    return _finish(
+        wh,
+        "temporal",
+        as_of,
+        result,
+        intents,
+        TEMPORAL_SCHEMA,
+        ["namespace", "src_id", "dst_id", "action", "weight"],
+    )
+
+
+@dg.asset(
+    deps=["memory_snapshot"],
+    description=(
+        "Link garbage collection (seed 001): links whose endpoint no longer exists, self-links, links across "
+        "namespaces, links between two rows queued for purge, and duplicate symmetric links are deleted "
+        "(audited, revertible). Quarantined rows still exist, so their links are kept. Class auto."
+    ),
+    **_COMMON,
+)
+def gc(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    as_of, wh = as_of_date(context), warehouse.get()
+    result, intents = garbage_links(
+        wh.read_table("memories", as_of),
+        wh.read_table("links", as_of),
+        end_of_day(as_of),
+        quarantined=wh.read_table("quarantine", as_of, columns=["id"]),
+    )
+    return _finish(
+        wh, "gc", as_of, result, intents, GC_SCHEMA, ["namespace", "src_id", "dst_id", "kind", "finding"]
+    )

@@ -1,0 +1,119 @@
+"""End-to-end benchmark of the nightly job: generated corpora, every stage timed, peak memory, rows/s.
+
+    .venv/bin/python bench/nightly.py --sizes 100000 --stores sqlite
+    .venv/bin/python bench/nightly.py --sizes 100000 1000000 --stores sqlite postgres
+
+Each case runs in a child process (so its peak memory is its own): a fresh store, the demo corpus of N
+memories with 384-d vectors (four big namespaces plus many small ones above 20k rows) loaded, then the full
+nightly job (snapshot, every analysis, change set, apply of the auto class, health report) for the as-of date;
+then a second nightly for the next day, after a quiet day (nothing new to embed, only time moved), which shows
+what the incremental path costs. Per-stage seconds come from Dagster's step events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = str(ROOT / ".venv" / "bin" / "engram-pipelines")
+AS_OF = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)  # the next night is today: a valid partition
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> tuple[dict, float, float]:
+    """(the command's JSON, wall seconds, peak RSS in MB of that child)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    done = subprocess.run([CLI, *args, "--json"], capture_output=True, text=True, env=env, check=False)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    peak = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+    return json.loads(done.stdout), seconds, peak
+
+
+def one_case(n: int, url: str, work: Path) -> list[dict[str, object]]:
+    env = {**os.environ, "ENGRAM_STORE_URL": url, "ENGRAM_WAREHOUSE": str(work / "warehouse")}
+    env.pop("DAGSTER_HOME", None)
+    rows = []
+    first, wall, peak = run_cli(["demo", "--size", str(n), "--as-of", AS_OF.isoformat()], env)
+    rows.append(_row("first night (load + nightly)", n, first, wall, peak))
+    second, wall, peak = run_cli(["run", "--as-of", (AS_OF + dt.timedelta(days=1)).isoformat()], env)
+    rows.append(_row("quiet next night", n, second, wall, peak))
+    return rows
+
+
+def _row(label: str, n: int, summary: dict, wall: float, peak: float) -> dict[str, object]:
+    steps = summary.get("step_seconds", {})
+    job = float(summary["seconds"])
+    return {
+        "run": label,
+        "memories": n,
+        "wall_s": round(wall, 1),
+        "job_s": round(job, 1),
+        "rows_per_s": round(n / job),
+        "peak_mb": round(peak),
+        "steps": {k: v for k, v in steps.items() if not k.endswith(tuple(_CHECKS))},
+        "applied": summary.get("steps", {}).get("applied_changes", {}).get("applied"),
+    }
+
+
+_CHECKS = (
+    "_snapshot_invalid_fraction",
+    "_no_destructive_op_on_pinned",
+    "_nothing_across_namespaces",
+    "_one_write_per_row",
+    "_apply_accounting_closes",
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--stores", nargs="+", default=["sqlite"], choices=["sqlite", "postgres"])
+    args = parser.parse_args()
+    print(f"# nightly benchmark, {dt.date.today()}, {platform.machine()}, {os.cpu_count()} cores")
+    server = None
+    if "postgres" in args.stores:
+        sys.path.insert(0, str(ROOT))
+        from engram_pipelines.testing_postgres import PostgresServer
+
+        server = PostgresServer()
+        server.start()
+    try:
+        for kind in args.stores:
+            for n in args.sizes:
+                work = Path(tempfile.mkdtemp(prefix="engram-nightly-"))
+                url = (
+                    f"sqlite:///{work}/engram.db"
+                    if kind == "sqlite"
+                    else server.create_database(f"nightly_{n}")
+                )
+                for row in one_case(n, url, work):
+                    steps = ", ".join(
+                        f"{k} {v:.1f}s" for k, v in sorted(row.pop("steps").items(), key=lambda kv: -kv[1])
+                    )
+                    print(
+                        f"| {kind} | " + " | ".join(str(v) for v in row.values()) + f" | {steps} |",
+                        flush=True,
+                    )
+                shutil.rmtree(work, ignore_errors=True)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
