@@ -346,11 +346,19 @@ def consolidate(
         sys.exit(1)
 
 
+def _known_partition(as_of: dt.date) -> dt.date:
+    today = dt.datetime.now(dt.UTC).date()
+    if as_of > today:
+        raise UserError(f"--as-of {as_of} is in the future: daily partitions run up to today ({today}, UTC)")
+    return as_of
+
+
 def run_job(
     job: str, as_of: dt.date, store_arg: str | None, warehouse: str | None, config_path: str | None
 ) -> dict[str, Any]:
     from engram_pipelines.jobrunner import execute_job
 
+    _known_partition(as_of)
     with opened(store_arg):  # a store behind the schema fails here, naming `init`
         pass
     return execute_job(

@@ -88,6 +88,7 @@ def test_review_cycle_from_the_command_line(store_url, tmp_path):
         (["changes", "list", "--store", "mysql://nope"], "unknown store URL"),
         (["apply", "missing-set"], "no change set"),
         (["run", "--as-of", "yesterday"], "not a date"),
+        (["run", "--as-of", "2999-01-01"], "is in the future"),
     ],
 )
 def test_errors_say_what_to_do(args, message, tmp_path, monkeypatch):
