@@ -27,12 +27,18 @@ _METRICS = {
     "stale": "sum(CASE WHEN stale THEN 1 ELSE 0 END)",
     "pinned": "sum(CASE WHEN pinned THEN 1 ELSE 0 END)",
     "contradicted": "sum(CASE WHEN {contradicted} THEN 1 ELSE 0 END)",
+    "semantic_raw": "sum(CASE WHEN {tier} = 'raw' THEN 1 ELSE 0 END)",
+    "semantic_corroborated": "sum(CASE WHEN {tier} = 'corroborated' THEN 1 ELSE 0 END)",
+    "semantic_assessed": "sum(CASE WHEN {tier} = 'assessed' THEN 1 ELSE 0 END)",
+    "semantic_baseline": "sum(CASE WHEN {tier} = 'baseline' THEN 1 ELSE 0 END)",
     "avg_importance": "avg(importance)",
 }
 
 
-def _select(contradicted: str) -> str:
-    parts = [f"{sql.format(contradicted=contradicted)} AS {name}" for name, sql in _METRICS.items()]
+def _select(contradicted: str, tier: str) -> str:
+    parts = [
+        f"{sql.format(contradicted=contradicted, tier=tier)} AS {name}" for name, sql in _METRICS.items()
+    ]
     return f"SELECT namespace, {', '.join(parts)} FROM memories GROUP BY namespace ORDER BY namespace"
 
 
@@ -41,7 +47,11 @@ def snapshot_counts(memories: pa.Table) -> dict[str, dict[str, float]]:
     con.register(
         "memories", memories.drop_columns(["embedding"]) if "embedding" in memories.column_names else memories
     )
-    rows = con.execute(_select("json_exists(metadata, '$.contradictionWith')")).fetchall()
+    rows = con.execute(
+        _select(
+            "json_exists(metadata, '$.contradictionWith')", "json_extract_string(metadata, '$.semantic.tier')"
+        )
+    ).fetchall()
     return _by_namespace(rows)
 
 
@@ -49,14 +59,29 @@ def live_counts(store: Store) -> dict[str, dict[str, float]]:
     # SQLite keeps booleans as 0/1, which CASE WHEN reads as false/true just like PostgreSQL's booleans.
     if store.dialect == "sqlite":
         contradicted = "json_extract(metadata, '$.contradictionWith') IS NOT NULL"
+        tier = "json_extract(metadata, '$.semantic.tier')"
     else:
         contradicted = "metadata -> 'contradictionWith' IS NOT NULL"
-    return _by_namespace(store.query(_select(contradicted)))
+        tier = "(metadata -> 'semantic' ->> 'tier')"
+    return _by_namespace(store.query(_select(contradicted, tier)))
 
 
 def _by_namespace(rows: list[tuple]) -> dict[str, dict[str, float]]:
     names = list(_METRICS)
     return {r[0]: {n: float(v or 0) for n, v in zip(names, r[1:], strict=True)} for r in rows}
+
+
+# The seed 004 report's headline counts, from the auto change set's ops.
+_HEADLINES = {
+    "promotions (tier and kind)": ("promote_tier", "promote_kind"),
+    "zone moves (archive, purge queue, back to active)": ("move_zone",),
+    "purged": ("purge",),
+    "merged or superseded": ("supersede",),
+    "decay applied (stale marked or lifted)": ("mark_stale", "clear_stale"),
+    "contradictions flagged": ("flag_contradiction",),
+    "semantic nodes and summaries created": ("insert_memory",),
+    "links created or reweighted / deleted": ("upsert_link", "delete_link"),
+}
 
 
 @dataclass
@@ -119,10 +144,28 @@ class HealthReport:
             sign = "+" if change > 0 else ""
             lines.append(f"| {key} | {fmt.format(b)} | {fmt.format(a)} | {sign}{fmt.format(change)} |")
         lines += ["", "## Per namespace (after)", ""]
-        cols = ["total", "active", "archived", "superseded", "stale", "semantic", "contradicted"]
+        cols = [
+            "total",
+            "active",
+            "archived",
+            "superseded",
+            "stale",
+            "semantic",
+            "contradicted",
+            "semantic_corroborated",
+            "semantic_baseline",
+        ]
         lines += ["| namespace | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
         for namespace, counts in sorted(self.after.items()):
             lines.append(f"| {namespace} | " + " | ".join(f"{counts.get(c, 0):,.0f}" for c in cols) + " |")
+        lines += ["", "## What the run did", ""]
+        ops: dict[str, int] = {}
+        for info in self.changes.values():
+            if info.get("status") == "applied":  # what landed tonight; a gated set waits for review
+                for op, n in info.get("by_op", {}).items():
+                    ops[op] = ops.get(op, 0) + n
+        for label, keys in _HEADLINES.items():
+            lines.append(f"- {label}: {sum(ops.get(k, 0) for k in keys):,}")
         lines += ["", "## Changes", ""]
         for klass, info in self.changes.items():
             by_op = ", ".join(f"{op} {n}" for op, n in info.get("by_op", {}).items()) or "none"

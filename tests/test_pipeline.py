@@ -102,3 +102,24 @@ def test_a_second_consolidate_on_the_applied_store_proposes_nothing(demo_store, 
     assert second["success"]
     assert second["steps"]["consolidation"]["merged"] == 0
     assert second["steps"]["change_set"]["gated_changes"] == 0
+
+
+def test_planted_patterns_become_semantic_nodes_and_the_report_shows_it(demo_store, tmp_path: Path):
+    from engram_pipelines.demo_corpus import generate
+
+    result = execute_job("nightly", AS_OF, store=demo_store, warehouse=str(tmp_path / "wh"), config_path=None)
+    assert result["success"]
+    truth = generate(2_000, seed=11, as_of=AS_OF).truth.to_pylist()
+    with open_store(demo_store) as store:
+        links = store.query("SELECT src_id, dst_id FROM memory_links WHERE kind = ?", ["derived-from"])
+    sources_of_a_node = {dst for _, dst in links}
+    patterns = [t["ids"] for t in truth if t["kind"] == "semantic_pattern"]
+    single = [t["ids"] for t in truth if t["kind"] == "single_conversation_pattern"]
+    assert patterns and single
+    found = sum(1 for ids in patterns if len(set(ids) & sources_of_a_node) >= 2)
+    assert found >= 0.8 * len(patterns), f"{found} of {len(patterns)} planted patterns became semantic nodes"
+    assert not any(len(set(ids) & sources_of_a_node) >= 2 for ids in single), (
+        "one conversation is one context"
+    )
+    report = Path(result["report_path"]).read_text()
+    assert "semantic nodes and summaries created" in report and "semantic_corroborated" in report
