@@ -3,7 +3,7 @@
 import dagster as dg
 import pyarrow.compute as pc
 
-from assets.metadata import sample_markdown, standard
+from assets.metadata import column_lineage, sample_markdown, standard
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.decay import DECAY_SCHEMA, decay_intents, decay_scores
@@ -72,6 +72,27 @@ def decay_scores_asset(
     return dg.MaterializeResult(
         metadata={
             **standard(DECAY_SCHEMA, scores.num_rows),
+            "dagster/column_lineage": column_lineage(
+                "memory_snapshot",
+                {
+                    "score": [
+                        "content",
+                        "tags",
+                        "importance",
+                        "access_count",
+                        "last_accessed_at",
+                        "created_at",
+                        "pinned",
+                        "kind",
+                    ],
+                    "age_days": ["last_accessed_at", "created_at"],
+                    "stale_after": ["pinned", "kind"],
+                    "stale_before": ["stale"],
+                    "previous_score": ["score"],
+                    "id": ["id"],
+                    "namespace": ["namespace"],
+                },
+            ),
             "outcomes": dg.MetadataValue.json(outcomes),
             "policies": dg.MetadataValue.json(_counts(scores, "policy")),
             "transitions": intents.num_rows,

@@ -45,3 +45,13 @@ def _cell(value: Any) -> str:
 
 def standard(table_schema: pa.Schema, row_count: int, **extra: Any) -> dict[str, Any]:
     return {"dagster/column_schema": column_schema(table_schema), "dagster/row_count": row_count, **extra}
+
+
+def column_lineage(upstream: str, deps: dict[str, list[str]]) -> dg.TableColumnLineage:
+    """Which upstream columns each output column derives from (drawn by the UI where it supports it)."""
+    return dg.TableColumnLineage(
+        deps_by_column={
+            column: [dg.TableColumnDep(asset_key=dg.AssetKey(upstream), column_name=c) for c in sources]
+            for column, sources in deps.items()
+        }
+    )

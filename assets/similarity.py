@@ -3,7 +3,7 @@
 import dagster as dg
 import pyarrow as pa
 
-from assets.metadata import sample_markdown, standard
+from assets.metadata import column_lineage, sample_markdown, standard
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.clusters import CLUSTER_SCHEMA, clusters_table
@@ -103,6 +103,10 @@ def similarity_pairs(
         metadata={
             **standard(PAIR_SCHEMA, pairs.num_rows),
             "rows_by_method": dg.MetadataValue.json(methods),
+            "dagster/column_lineage": column_lineage(
+                "embeddings",
+                {"score": ["vector"], "left_id": ["id"], "right_id": ["id"], "namespace": ["namespace"]},
+            ),
             "exact_content_pairs": int(pa.compute.sum(pairs["exact_content"]).as_py() or 0),
             "threshold": config.similarity.lowest_threshold,
             "similarity_histogram": dg.MetadataValue.md(
