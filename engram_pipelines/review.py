@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from engram_pipelines.store import ChangeSetRecord, redact
@@ -67,6 +68,30 @@ def _canonical_of(members: list[dict[str, Any]]) -> str | None:
     return None
 
 
+@dataclass
+class _ClusterView:
+    """One cluster as a reviewer reads it: the row that stays (or is created) and the rows that go."""
+
+    hub_label: str
+    hub_id: str | None
+    hub_text: str
+    member_label: str
+    members: list[dict[str, Any]]
+    tags: list[str]
+
+
+def _view(members: list[dict[str, Any]], memories: dict[str, dict[str, Any]]) -> _ClusterView:
+    created = next((r for r in members if r["op"] == "insert"), None)
+    if created is not None:  # compression: a new summary row; its members are archived into it
+        text = str(json.loads(created["patch"]).get("content", ""))
+        rest = [r for r in members if r is not created]
+        return _ClusterView("summary (new)", created["target_id"], text, "archived into it", rest, [])
+    canonical = _canonical_of(members)
+    tags = next((json.loads(r["patch"]).get("tags", []) for r in members if r["target_id"] == canonical), [])
+    rest = [r for r in members if r["target_id"] != canonical]
+    return _ClusterView("canonical", canonical, _content(memories, canonical), "loser", rest, tags)
+
+
 def review_markdown(
     record: ChangeSetRecord, rows: list[dict[str, Any]], memories: dict[str, dict[str, Any]], url: str
 ) -> str:
@@ -82,16 +107,13 @@ def review_markdown(
     if clusters:
         out += ["## Clusters", ""]
     for cluster_id, members in clusters.items():
-        canonical = _canonical_of(members)
-        out += [f"### {cluster_id}", "", f"- canonical `{canonical}`: {_content(memories, canonical)}"]
-        for row in members:
-            patch = json.loads(row["patch"])
-            if row["target_id"] == canonical:
-                if "tags" in patch:
-                    out.append(f"- tag union onto the canonical: {', '.join(patch['tags'])}")
-                continue
+        view = _view(members, memories)
+        out += [f"### {cluster_id}", "", f"- {view.hub_label} `{view.hub_id}`: {view.hub_text}"]
+        if view.tags:
+            out.append(f"- tag union onto the canonical: {', '.join(view.tags)}")
+        for row in view.members:
             out.append(
-                f"- loser `{row['target_id']}` ({_scores(row)}; {'+'.join(row['ops'])}): "
+                f"- {view.member_label} `{row['target_id']}` ({_scores(row)}; {'+'.join(row['ops'])}): "
                 f"{_content(memories, row['target_id'])}"
             )
         out.append("")
@@ -152,25 +174,19 @@ def review_html(
     if clusters:
         parts.append(f"<h2>Clusters ({len(clusters)})</h2>")
     for cluster_id, members in clusters.items():
-        canonical = _canonical_of(members)
+        view = _view(members, memories)
         member_ops = " ".join(sorted({op for r in members for op in r["ops"]}))
         parts.append(
             f"<div class='card cluster' data-ns='{e(members[0]['namespace'])}' data-ops='{e(member_ops)}'>"
-            f"<h3>{e(cluster_id)}</h3><div class='pair'><div class='canon'><b>canonical</b> "
-            f"<code>{e(str(canonical))}</code><p>{e(_content(memories, canonical))}</p>"
+            f"<h3>{e(cluster_id)}</h3><div class='pair'><div class='canon'><b>{e(view.hub_label)}</b> "
+            f"<code>{e(str(view.hub_id))}</code><p>{e(view.hub_text)}</p>"
         )
-        for row in members:
-            patch = json.loads(row["patch"])
-            if row["target_id"] == canonical and "tags" in patch:
-                parts.append(
-                    "tag union: " + "".join(f"<span class='tag'>{e(t)}</span>" for t in patch["tags"])
-                )
+        if view.tags:
+            parts.append("tag union: " + "".join(f"<span class='tag'>{e(t)}</span>" for t in view.tags))
         parts.append("</div><div>")
-        for row in members:
-            if row["target_id"] == canonical:
-                continue
+        for row in view.members:
             parts.append(
-                f"<div class='loser'><b>loser</b> <code>{e(row['target_id'])}</code> "
+                f"<div class='loser'><b>{e(view.member_label)}</b> <code>{e(row['target_id'])}</code> "
                 f"<small>{e(_scores(row))}</small><p>{e(_content(memories, row['target_id']))}</p></div>"
             )
         parts.append("</div></div></div>")

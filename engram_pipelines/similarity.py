@@ -208,10 +208,9 @@ def _sorted_pairs(chunks: Sequence[Hits], n_rows: int) -> Hits:
     keys = left * np.int64(n_rows) + right
     order = np.argsort(keys)
     keys = keys[order]
+    # The cell join finds a pair twice when each of its rows probes the other's cell: keep the first.
     first = np.ones(len(keys), dtype=bool)
-    first[1:] = (
-        keys[1:] != keys[:-1]
-    )  # the cell join finds a pair twice when each row probes the other's cell
+    first[1:] = keys[1:] != keys[:-1]
     order = order[first]
     return left[order], right[order], score[order]
 
