@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import changes, contradictions, ingest, knowledge, lifecycle, reports, similarity
-from assets.jobs import consolidate_job, nightly_job, schedules
+from assets import changes, contradictions, history, ingest, knowledge, lifecycle, reports, similarity
+from assets.jobs import backfill_job, consolidate_job, nightly_job, schedules
 from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.config import load_config, store_url, warehouse_path
 
@@ -14,11 +14,11 @@ def build_definitions(
     store: str | None = None, warehouse: str | None = None, config_path: str | None = None
 ) -> dg.Definitions:
     config = load_config(config_path)
-    modules = [ingest, lifecycle, similarity, contradictions, knowledge, changes, reports]
+    modules = [ingest, lifecycle, similarity, contradictions, knowledge, changes, reports, history]
     return dg.Definitions(
         assets=dg.load_assets_from_modules(modules),
         asset_checks=dg.load_asset_checks_from_modules(modules),
-        jobs=[nightly_job, consolidate_job],
+        jobs=[nightly_job, consolidate_job, backfill_job],
         schedules=schedules(config),
         resources={
             "store": StoreResource(url=store_url(store)),

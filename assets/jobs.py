@@ -8,9 +8,9 @@ from engram_pipelines.config import Config
 
 nightly_job = dg.define_asset_job(
     name="nightly",
-    # The decay preview is a report run on demand, not a nightly step.
+    # The decay preview is a report run on demand and `history` is for backfills: neither is a nightly step.
     selection=dg.AssetSelection.groups("ingest", "analysis", "changes", "apply", "reports")
-    - dg.AssetSelection.assets("decay_preview"),
+    - dg.AssetSelection.assets("decay_preview", "history"),
     description=(
         "Snapshot the live store, run every analysis, compose the auto and gated change sets, apply the auto "
         "set (CAS-guarded, audited) and write the health report. Gated changes wait for `approve`."
@@ -19,11 +19,21 @@ nightly_job = dg.define_asset_job(
 
 consolidate_job = dg.define_asset_job(
     name="consolidate",
-    selection=dg.AssetSelection.groups("ingest", "analysis", "changes"),
+    selection=dg.AssetSelection.groups("ingest", "analysis", "changes") - dg.AssetSelection.assets("history"),
     description=(
         "Propose the review-gated change set (near-duplicate merges, compression, supersede) with its review "
         "report, and apply nothing: `engram-pipelines approve` then `apply` does that. Its schedule is off by "
         "default (seed 000: a scheduled merge runs without review)."
+    ),
+)
+
+
+backfill_job = dg.define_asset_job(
+    name="backfill",
+    selection=dg.AssetSelection.assets("history"),
+    description=(
+        "Replay the policies over a historical corpus for a range of as-of dates, as one run (launch a backfill "
+        "of a partition range from the UI or `dagster job backfill`); writes <warehouse>/history/ only."
     ),
 )
 
