@@ -73,10 +73,6 @@ CHANGE_SCHEMA = pa.schema(
 )
 
 
-def empty_intents() -> pa.Table:
-    return INTENT_SCHEMA.empty_table()
-
-
 def intents_table(rows: list[dict[str, Any]]) -> pa.Table:
     """Build an intent table from dicts (params/evidence given as dicts are serialised)."""
     prepared = []

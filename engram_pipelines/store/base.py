@@ -280,23 +280,6 @@ class Store(ABC):
         rows = self.query("SELECT id FROM recall_memories WHERE namespace = ? ORDER BY id", [namespace])
         return [r[0] for r in rows]
 
-    def write_memory(self, **fields: Any) -> str:
-        """Insert one memory as an agent would (defaults for everything but id, namespace, content)."""
-        now = utc_now()
-        row = {
-            "tier": "stm",
-            "kind": "episodic",
-            "importance": 0.5,
-            "access_count": 0,
-            "created_at": now,
-            "pinned": False,
-            "tags": [],
-            "metadata": {},
-            **fields,
-        }
-        self.insert_memories([row])
-        return str(row["id"])
-
     def update_memory(self, memory_id: str, expected_version: int, **changes: Any) -> int:
         """An agent's version-checked edit; returns the new version or raises VersionConflict."""
         allowed = {"content", "importance", "tags", "metadata", "tier", "kind", "pinned", "embedding"}
