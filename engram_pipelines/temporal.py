@@ -1,14 +1,18 @@
 """Temporal edges (seed 003): one maintenance cycle of the `temporal` links, and the edges history lacks.
 
 **Cycle** (per link of kind `temporal` whose endpoints both exist in the link's namespace, are two rows and
-are not both in the purge queue: gc deletes the others, and an upsert here would overrule its delete). A link's `updated_at` marks its last cycle: the apply stamps it when it writes the link, after the
-as-of instant. A link is *due* when `updated_at` is before the as-of instant, so a rerun of a partition (or a
-second run on the applied store) finds nothing due, and the next night's partition finds everything due again.
-A due link's weight is multiplied by `temporal.decay_rate`, and by `temporal.traversal_boost` too when it was
-traversed since its last cycle (`traversed_at > updated_at`); a boost never lifts a weight above
-`WEIGHT_CEILING` (or above the weight it had, when that was higher). A link whose new weight falls below
-`temporal.prune_threshold` is deleted; the others are upserted with the new weight (and their origin kept).
-A weight that would not change is not written.
+are not both in the purge queue: gc deletes the others, and an upsert here would overrule its delete). Each
+nightly cycle multiplies a weight by `temporal.decay_rate`; that is applied lazily, so a weight drifting by 5% a
+night is not a write (DESIGN §5: write volume follows real changes, not corpus size). A link's stored `weight`
+is its weight as of its `updated_at` (the apply stamps the change set's as-of instant), and its weight now is
+
+    weight x decay_rate ^ cycles,   cycles = ceil((as-of instant - updated_at) / 1 day)
+
+A link is written only when something happens to it: traversed since it was last written
+(`traversed_at > updated_at`): the decayed weight x `temporal.traversal_boost`, never lifted above
+`WEIGHT_CEILING` (or above the stored weight, when that was higher), and the boost is written; decayed below
+`temporal.prune_threshold`: deleted. A rerun of a partition finds no cycle due (`updated_at` is the as-of
+instant), and a quiet night writes nothing but prunes.
 
 Backfills: on a store whose links were all written today, historical partitions find no link due; decay is
 not compounded retroactively for days that were not run.
@@ -47,7 +51,7 @@ TEMPORAL_SCHEMA = pa.schema(
         pa.field("namespace", pa.string(), nullable=False),
         pa.field("src_id", pa.string(), nullable=False),
         pa.field("dst_id", pa.string(), nullable=False),
-        pa.field("action", pa.string(), nullable=False),  # decay | boost | prune | build
+        pa.field("action", pa.string(), nullable=False),  # boost | prune | build
         pa.field("weight_before", pa.float64()),
         pa.field("weight_after", pa.float64()),
         pa.field("direction", pa.string()),  # forward | backward, for built edges
@@ -82,29 +86,32 @@ def _literal(at: dt.datetime) -> str:
 
 
 def _cycle_sql(cfg: TemporalConfig, at: dt.datetime) -> str:
-    boosted = f"l.weight * {cfg.decay_rate!r} * {cfg.traversal_boost!r}"
     return f"""
     -- Endpoints are matched on id + namespace as one key: with two equalities per join the optimizer would
     -- infer a.namespace = b.namespace and join the two scans of `m` on namespace first (quadratic).
     WITH keyed AS (SELECT id || chr(31) || namespace AS key, zone FROM m),
-    due AS (
+    aged AS (
         SELECT l.namespace, l.src_id, l.dst_id, l.weight,
             coalesce(l.traversed_at > l.updated_at, false) AS traversed,
-            round(CASE WHEN coalesce(l.traversed_at > l.updated_at, false)
-                       THEN least({boosted}, greatest(l.weight, {WEIGHT_CEILING!r}))
-                       ELSE l.weight * {cfg.decay_rate!r} END, 6) AS new_weight
+            l.weight * pow({cfg.decay_rate!r}::DOUBLE,
+                           ceil(epoch({_literal(at)} - l.updated_at) / 86400.0)) AS decayed
         FROM l JOIN keyed a ON a.key = l.src_id || chr(31) || l.namespace
                JOIN keyed b ON b.key = l.dst_id || chr(31) || l.namespace
         WHERE l.kind = 'temporal' AND l.updated_at < {_literal(at)}
           AND l.src_id <> l.dst_id AND NOT (a.zone = 'purge_queue' AND b.zone = 'purge_queue')
+    ),
+    due AS (
+        SELECT *, round(CASE WHEN traversed
+                             THEN least(decayed * {cfg.traversal_boost!r}, greatest(weight, {WEIGHT_CEILING!r}))
+                             ELSE decayed END, 6) AS new_weight
+        FROM aged
     )
     SELECT namespace, src_id, dst_id,
-        CASE WHEN new_weight < {cfg.prune_threshold!r} THEN 'prune' WHEN traversed THEN 'boost' ELSE 'decay' END
-            AS action,
+        CASE WHEN new_weight < {cfg.prune_threshold!r} THEN 'prune' ELSE 'boost' END AS action,
         weight AS weight_before,
         CASE WHEN new_weight < {cfg.prune_threshold!r} THEN NULL ELSE new_weight END AS weight_after,
         NULL AS direction, NULL AS distance, NULL AS conversation_id
-    FROM due WHERE new_weight < {cfg.prune_threshold!r} OR new_weight <> weight
+    FROM due WHERE new_weight < {cfg.prune_threshold!r} OR (traversed AND new_weight <> weight)
     """
 
 
@@ -197,17 +204,14 @@ def _link_intent(
     link = {"src_id": edge["src_id"], "dst_id": edge["dst_id"], "kind": "temporal"}
     match edge["action"]:
         case "prune":
-            reason = f"weight {edge['weight_before']:.4f} x {cfg.decay_rate} fell below {cfg.prune_threshold}"
+            reason = f"weight {edge['weight_before']:.4f} decayed (x {cfg.decay_rate} a night) below {cfg.prune_threshold}"
             return {**base, "op": "delete_link", "params": link, "reason": reason, "evidence": evidence}
         case "build":
             reason = f"{edge['direction']} neighbour at distance {edge['distance']} in conversation {edge['conversation_id']}"
             evidence = {**evidence, "direction": edge["direction"], "distance": edge["distance"]}
             origin = SOURCE
-        case "boost":
-            reason = f"traversed since the last cycle: x {cfg.decay_rate} x {cfg.traversal_boost}"
-            origin = origins.get((edge["src_id"], edge["dst_id"]), SOURCE)
-        case _:
-            reason = f"cycle decay x {cfg.decay_rate}"
+        case _:  # boost
+            reason = f"traversed since it was last written: decayed, then x {cfg.traversal_boost}"
             origin = origins.get((edge["src_id"], edge["dst_id"]), SOURCE)
     params = {**link, "weight": edge["weight_after"], "origin": origin}
     return {**base, "op": "upsert_link", "params": params, "reason": reason, "evidence": evidence}

@@ -24,8 +24,10 @@ def test_a_thirty_day_backfill_runs_once_and_writes_every_day(tmp_path: Path):
     job = defs.resolve_job_def("backfill")
     first, last = AS_OF - dt.timedelta(days=29), AS_OF
     result = job.execute_in_process(
-        tags={"dagster/asset_partition_range_start": first.isoformat(),
-              "dagster/asset_partition_range_end": last.isoformat()},
+        tags={
+            "dagster/asset_partition_range_start": first.isoformat(),
+            "dagster/asset_partition_range_end": last.isoformat(),
+        },
         run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
     )
     assert result.success
@@ -40,5 +42,7 @@ def test_a_thirty_day_backfill_runs_once_and_writes_every_day(tmp_path: Path):
     per_day = con.execute("SELECT count(DISTINCT as_of) FROM decay_scores").fetchone()[0]
     assert per_day == 30
     with open_store(url) as store:
-        assert store.query("SELECT id, version FROM memories ORDER BY id") == before, "the live store is untouched"
+        assert store.query("SELECT id, version FROM memories ORDER BY id") == before, (
+            "the live store is untouched"
+        )
     assert dg.BackfillPolicy.single_run() == defs.resolve_assets_def("history").backfill_policy
