@@ -1,35 +1,43 @@
 """Benchmark of the all-pairs similarity engine (engram_pipelines.similarity) against exact and libraries.
 
-    .venv/bin/python bench/similarity.py --sizes 100000 1000000      # full run: tens of minutes at 1M
-    .venv/bin/python bench/similarity.py --quick                     # small sizes, a minute or two
+    .venv/bin/python bench/similarity.py --sizes 100000 1000000      # full run: an hour or more at 1M
+    .venv/bin/python bench/similarity.py --quick                     # 10k and 30k rows, a few minutes
+    .venv/bin/python bench/similarity.py --sizes 100000 --kinds uniform --layouts one --methods loop
+    .venv/bin/python bench/similarity.py --sizes --real                 # only the real embeddings
 
-Data: synthetic 384-d unit vectors shaped like sentence embeddings. "clustered": a shared direction (random
-sentences are not orthogonal), n/300 topics (a few thousand at 1M) of 8 sub-topics each with per-topic and
-per-row tightness, so same-sub-topic pairs spread from ~0.4 to ~0.95 and a realistic few pairs per row are
->= 0.80, plus 5% near-duplicates (>= 0.97). "uniform": the shared direction and isotropic noise only, plus 2%
-of rows planted as partners of another row at cosine 0.80-1.0 (the hard case for cells: no structure to
-exploit). Namespaces: "one" puts every row in one group; "many" gives each namespace a run of topics, with
-Zipf-like sizes (2 to ~10% of the rows), and sends half of the near-duplicates to a random other namespace.
+Data: synthetic 384-d unit vectors shaped like sentence embeddings, cached in /tmp/engram-similarity-bench.
+"clustered": a shared direction (random sentences are not orthogonal), n/300 topics (a few thousand at 1M) of
+8 sub-topics each, with per-topic and per-row tightness so that same-sub-topic pairs spread from ~0.4 to ~0.95
+and some pairs per row are >= 0.80, plus 5% near-duplicates (>= 0.97). "uniform": the shared direction and
+isotropic noise only, plus 2% of rows planted as partners of another row at cosine 0.80-1.0 (the hard case
+for cells: no structure to exploit). Namespaces: "one" puts every row in one group; "many" gives each
+namespace a run of topics, with Zipf-like sizes, and moves 2.5% of rows to a random other namespace (twins
+then straddle namespaces and must not pair). --real adds the MiniLM embeddings of the distinct sentences of
+shared/data's STS-B and SNLI test splits (embedded once, cached), exact against the cell join forced on them.
 
-Per configuration it prints seconds, pairs and recall against exact for: our exact path (exact_cutoff above
-n), our engine as configured (cells above 20k rows), faiss IVF-Flat range search, faiss IVF-SQ8 (candidates
-re-scored in float32), and the per-row loop (on a sample of rows, extrapolated: said so in the table). When
-exact is too costly (one namespace of 1M: ~40 min), recall is measured on a random sample of rows whose pairs
-are found by brute-force row queries. It also measures this machine's float32 GEMM peak in the same run and
-reports our exact path's effective GFLOP/s as a share of it, and the peak resident memory (maxrss).
+Each method runs in a fresh process (clean timings; peak memory from VmHWM, since ru_maxrss of a process
+started by subprocess inherits its parent's high-water mark) and prints seconds, pairs and recall against
+exact for: our exact path (exact_cutoff above n), the same with one thread driving BLAS on both cores instead
+of two threads with BLAS at one thread each, our engine as configured (cells above 20k rows), faiss IVF-Flat
+range search and faiss IVF-SQ8 (candidates re-scored in float32; 100k and below), and the per-row loop (on a
+sample of rows, extrapolated: said so in the table). When exact is too costly (one namespace of 1M: ~40 min
+at the GEMM peak), recall is measured on a random sample of rows whose pairs are found by brute-force row
+queries. The float32 GEMM peak is measured in the same run (start and end: the machine is shared) and our
+exact path's effective GFLOP/s is reported as a share of it.
 
 BLAS environment: on some processors this workplace sets OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) so old
-OpenBLAS builds pick a safe kernel; that slows a current numpy 4-5x. The threadpoolctl report at the start
-names the kernel in use. To measure the machine rather than that setting, unset both together in that one
-command (never in tests or CI):  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/...
+OpenBLAS builds pick a safe kernel; that slows a current numpy 4-5x. The run prints both variables and the
+threadpoolctl report (the kernel in use) first. To measure the machine rather than that setting, unset both
+together in that one command (never in tests or CI):
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/similarity.py ...
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -44,6 +52,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engram_pipelines import similarity  # noqa: E402
 from engram_pipelines.similarity import pairs_per_row_loop, similar_pairs  # noqa: E402
 
 DIM = 384
@@ -266,6 +275,9 @@ def worker(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     if args.worker in ("exact", "engine"):
         keys, note = _run_engine(vectors, groups, exact=args.worker == "exact")
+    elif args.worker == "exact-threaded-blas":
+        similarity.THREADED_BLAS = True
+        keys, note = _run_engine(vectors, groups, exact=True)
     elif args.worker in ("faiss-ivf-flat", "faiss-ivf-sq8"):
         keys, note = _run_faiss(vectors, args.worker.rsplit("-", 1)[1], args.faiss_nprobe)
     elif args.worker == "per-row-loop":
@@ -347,9 +359,70 @@ def gemm_peak() -> dict[str, float]:
     }
 
 
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown processor"
+
+
 def blas_report() -> list[dict[str, object]]:
     keep = ("internal_api", "prefix", "version", "architecture", "num_threads", "threading_layer")
     return [{k: lib.get(k) for k in keep} for lib in threadpool_info()]
+
+
+# --- real embeddings -----------------------------------------------------------------------------------------
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def real_sentences() -> list[str]:
+    """The distinct sentences of the STS-B and SNLI test splits (~15k)."""
+    texts: list[str] = []
+    with open(DATA / "stsb_test.csv", newline="") as f:
+        texts += [t for row in csv.DictReader(f) for t in (row["sentence1"], row["sentence2"])]
+    with open(DATA / "snli_test.csv", newline="") as f:
+        texts += [t for row in csv.DictReader(f) for t in (row["premise"], row["hypothesis"])]
+    return sorted({t.strip() for t in texts if t.strip()})
+
+
+def real_vectors() -> np.ndarray | None:
+    """MiniLM vectors of the real sentences, cached in /tmp (embedding runs at ~20-100 sentences/s here)."""
+    path = CACHE / "real-minilm.npz"
+    if path.exists():
+        return np.load(path)["vectors"]
+    try:
+        from engram_pipelines.embeddings import MiniLMEmbedder
+    except ImportError:
+        print("engram_pipelines.embeddings is not there: no real-embedding run")
+        return None
+    texts = real_sentences()
+    vectors = MiniLMEmbedder().embed(texts)
+    np.savez(path, vectors=vectors, texts=np.array(texts))
+    return vectors
+
+
+def real_embeddings(seeds: int = 5) -> list[Row]:
+    """Exact vs the cell join forced onto the real vectors (one namespace), over several seeds."""
+    vectors = real_vectors()
+    if vectors is None:
+        return []
+    n = len(vectors)
+    groups = np.zeros(n, dtype=np.int64)
+    started = time.perf_counter()
+    exact = similar_pairs(vectors, groups, THRESHOLD, exact_cutoff=n + 1)
+    rows = [Row("real MiniLM", n, 1, "exact", time.perf_counter() - started, len(exact), "1 (exact)", 0, "")]
+    truth = exact.left * n + exact.right
+    for seed in range(seeds):
+        started = time.perf_counter()
+        cells = similar_pairs(vectors, groups, THRESHOLD, exact_cutoff=1000, seed=seed)
+        seconds = time.perf_counter() - started
+        recall = np.isin(truth, cells.left * n + cells.right).mean()
+        note = f"seed {seed}: {cells.cells_by_group[0]} cells, {cells.probes_by_group[0]:.2f} cells joined per row"
+        rows.append(
+            Row("real MiniLM", n, 1, "engine (cells forced)", seconds, len(cells), f"{recall:.4f}", 0, note)
+        )
+    return rows
 
 
 # --- the table ----------------------------------------------------------------------------------------------
@@ -390,6 +463,8 @@ def benchmark(args: argparse.Namespace) -> list[Row]:
                 results: dict[str, Run | None] = {}
                 methods = ["engine"]
                 methods += ["exact"] if exact_gflop <= args.exact_budget_gflop else []
+                if "threaded-blas" in args.methods and exact_gflop <= args.exact_budget_gflop:
+                    methods.append("exact-threaded-blas")
                 if layout == "one" and "faiss" in args.methods:
                     methods += ["faiss-ivf-flat"] + (["faiss-ivf-sq8"] if n <= 200_000 else [])
                 methods += ["per-row-loop"] if "loop" in args.methods else []
@@ -447,11 +522,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument("--quick", action="store_true", help="sizes 10k and 30k, a minute or two")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[100_000, 1_000_000])
+    parser.add_argument("--quick", action="store_true", help="sizes 10k and 30k, a few minutes")
     parser.add_argument("--kinds", nargs="+", default=["clustered", "uniform"])
     parser.add_argument("--layouts", nargs="+", default=["one", "many"])
-    parser.add_argument("--methods", nargs="+", default=["faiss", "loop"], help="optional baselines to run")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=["faiss", "loop", "threaded-blas"],
+        help="optional baselines: faiss, loop (the per-row loop), threaded-blas (our exact path on one thread"
+        " with BLAS on every core)",
+    )
+    parser.add_argument("--real", action="store_true", help="also the real MiniLM embeddings of STS-B + SNLI")
     parser.add_argument("--exact-budget-gflop", type=float, default=40_000, help="skip exact above this")
     parser.add_argument("--loop-sample", type=int, default=2000)
     parser.add_argument("--recall-sample", type=int, default=1000)
@@ -467,10 +549,9 @@ def main() -> None:
         return
     if args.quick:
         args.sizes = [10_000, 30_000]
+        args.loop_sample = min(args.loop_sample, 500)
 
-    print(
-        f"# similarity benchmark {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, {platform.processor()}"
-    )
+    print(f"# similarity benchmark {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, {_cpu_model()}")
     print(
         f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}"
     )
@@ -480,12 +561,14 @@ def main() -> None:
     peak = gemm_peak()
     print("float32 GEMM GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in peak.items()), flush=True)
     rows = benchmark(args)
+    if args.real:
+        rows += real_embeddings()
     peak_after = gemm_peak()
     print("float32 GEMM GFLOP/s at the end: " + ", ".join(f"{k} {v:.0f}" for k, v in peak_after.items()))
     print(f"load average at end: {os.getloadavg()}")
     best_peak = max(max(peak.values()), max(peak_after.values()))
     for row in rows:
-        if row.method == "exact":
+        if row.method.startswith("exact") and "GFLOP/s" in row.note:
             effective = float(row.note.split()[0])
             row.note += f" = {effective / best_peak:.0%} of the {best_peak:.0f} GFLOP/s peak"
     print()
