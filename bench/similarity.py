@@ -1,7 +1,7 @@
 """Benchmark of the all-pairs similarity engine (engram_pipelines.similarity) against exact and libraries.
 
     .venv/bin/python bench/similarity.py --sizes 100000 1000000      # full run: an hour or more at 1M
-    .venv/bin/python bench/similarity.py --quick                     # 10k and 30k rows, a few minutes
+    .venv/bin/python bench/similarity.py --quick                     # 10k and 30k rows, about a minute
     .venv/bin/python bench/similarity.py --sizes 100000 --kinds uniform --layouts one --methods loop
     .venv/bin/python bench/similarity.py --sizes --real                 # only the real embeddings
 
@@ -523,7 +523,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", type=int, nargs="*", default=[100_000, 1_000_000])
-    parser.add_argument("--quick", action="store_true", help="sizes 10k and 30k, a few minutes")
+    parser.add_argument("--quick", action="store_true", help="sizes 10k and 30k, about a minute")
     parser.add_argument("--kinds", nargs="+", default=["clustered", "uniform"])
     parser.add_argument("--layouts", nargs="+", default=["one", "many"])
     parser.add_argument(
