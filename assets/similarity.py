@@ -155,21 +155,7 @@ def duplicates(
         at=end_of_day(as_of),
         excluded_pairs=_contradiction_pairs(wh, as_of),
     )
-    table = clusters_table(result.clusters)
-    wh.write_table("duplicates", as_of, table)
-    wh.write_proposals("duplicates", as_of, result.intents)
-    summary = result.summary()
-    return dg.MaterializeResult(
-        metadata={
-            **standard(CLUSTER_SCHEMA, table.num_rows),
-            "scanned": summary["scanned"],
-            "clusters": summary["clusters"],
-            "merged": summary["merged"],
-            "transitions": result.intents.num_rows,
-            "sample": sample_markdown(table, ["cluster_id", "canonical", "loser", "score"]),
-            "cluster_sizes": _cluster_sizes_md(result, "Duplicate clusters"),
-        }
-    )
+    return _merge_result(wh, "duplicates", as_of, result, "Duplicate clusters")
 
 
 @dg.asset(
@@ -205,27 +191,28 @@ def consolidation(
         excluded_pairs=_contradiction_pairs(wh, as_of),
         excluded_ids=collapsed,
     )
+    return _merge_result(wh, "consolidation", as_of, result, "Near-duplicate clusters (gated)", dry_run=True)
+
+
+def _merge_result(wh, name: str, as_of, result, title: str, **extra) -> dg.MaterializeResult:
+    """Store a merge step's clusters and intents; its metadata carries seed 000's summary and a plot."""
     table = clusters_table(result.clusters)
-    wh.write_table("consolidation", as_of, table)
-    wh.write_proposals("consolidation", as_of, result.intents)
+    wh.write_table(name, as_of, table)
+    wh.write_proposals(name, as_of, result.intents)
     summary = result.summary()
+    sizes = [1 + len(c.losers) for c in result.clusters]
     return dg.MaterializeResult(
         metadata={
             **standard(CLUSTER_SCHEMA, table.num_rows),
             "scanned": summary["scanned"],
             "clusters": summary["clusters"],
             "merged": summary["merged"],
-            "dry_run": True,
+            **extra,
             "transitions": result.intents.num_rows,
             "sample": sample_markdown(table, ["cluster_id", "canonical", "loser", "score", "tag_union"]),
-            "cluster_sizes": _cluster_sizes_md(result, "Near-duplicate clusters (gated)"),
+            "cluster_sizes": dg.MetadataValue.md(markdown_image(cluster_sizes(sizes, title), title)),
         }
     )
-
-
-def _cluster_sizes_md(result, title: str) -> dg.MetadataValue:
-    sizes = [1 + len(c.losers) for c in result.clusters]
-    return dg.MetadataValue.md(markdown_image(cluster_sizes(sizes, title), title))
 
 
 def _contradiction_pairs(wh, as_of) -> pa.Table:
