@@ -2,9 +2,8 @@
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from assets.metadata import sample_markdown, standard
+from assets.metadata import sample_markdown, standard, value_counts
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.associations import ASSOCIATION_SCHEMA, associations
@@ -40,17 +39,11 @@ def _finish(
         metadata={
             **standard(schema, result.num_rows),
             "transitions": intents.num_rows,
-            "by_op": dg.MetadataValue.json(_ops(intents)),
+            "by_op": dg.MetadataValue.json(value_counts(intents, "op")),
             "sample": sample_markdown(result, [c for c in sample if c in result.column_names]),
             **extra,
         }
     )
-
-
-def _ops(intents: pa.Table) -> dict[str, int]:
-    if intents.num_rows == 0:
-        return {}
-    return {str(r["values"]): int(r["counts"]) for r in pc.value_counts(intents["op"]).to_pylist()}
 
 
 @dg.asset(

@@ -3,7 +3,7 @@
 import dagster as dg
 import pyarrow.compute as pc
 
-from assets.metadata import column_lineage, sample_markdown, standard
+from assets.metadata import column_lineage, sample_markdown, standard, value_counts
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.decay import DECAY_SCHEMA, decay_intents, decay_scores
@@ -33,13 +33,6 @@ _LIFECYCLE_COLUMNS = [
 ]
 
 
-def _counts(table, column: str) -> dict[str, int]:
-    if table.num_rows == 0:
-        return {}
-    counted = pc.value_counts(table[column]).to_pylist()
-    return {str(item["values"]): int(item["counts"]) for item in counted}
-
-
 @dg.asset(
     name="decay_scores",
     partitions_def=as_of_partitions,
@@ -67,7 +60,7 @@ def decay_scores_asset(
     intents = decay_intents(scores)
     wh.write_table("decay_scores", as_of, scores)
     wh.write_proposals("decay_scores", as_of, intents)
-    outcomes = _counts(scores, "outcome")
+    outcomes = value_counts(scores, "outcome")
     context.log.info(f"decay: {scores.num_rows} scored, outcomes {outcomes}, {intents.num_rows} transitions")
     return dg.MaterializeResult(
         metadata={
@@ -94,7 +87,7 @@ def decay_scores_asset(
                 },
             ),
             "outcomes": dg.MetadataValue.json(outcomes),
-            "policies": dg.MetadataValue.json(_counts(scores, "policy")),
+            "policies": dg.MetadataValue.json(value_counts(scores, "policy")),
             "transitions": intents.num_rows,
             "stale": int(pc.sum(scores["stale_after"]).as_py() or 0),
             "mean_score": float(pc.mean(scores["score"]).as_py() or 0.0),
@@ -145,7 +138,7 @@ def promotions_asset(
     return dg.MaterializeResult(
         metadata={
             **standard(PROMOTION_SCHEMA, table.num_rows),
-            "by_promotion": dg.MetadataValue.json(_counts(table, "promotion")),
+            "by_promotion": dg.MetadataValue.json(value_counts(table, "promotion")),
             "transitions": intents.num_rows,
             "sample": sample_markdown(table, ["id", "namespace", "promotion", "to", "reason"]),
         }
@@ -183,8 +176,8 @@ def retention(
     return dg.MaterializeResult(
         metadata={
             **standard(RETENTION_SCHEMA, moves.num_rows),
-            "by_target_zone": dg.MetadataValue.json(_counts(moves, "to_zone")),
-            "by_rule": dg.MetadataValue.json(_counts(moves, "rule")),
+            "by_target_zone": dg.MetadataValue.json(value_counts(moves, "to_zone")),
+            "by_rule": dg.MetadataValue.json(value_counts(moves, "rule")),
             "transitions": intents.num_rows,
             "sample": sample_markdown(moves, ["id", "namespace", "from_zone", "to_zone", "reason"]),
         }

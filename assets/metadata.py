@@ -6,6 +6,7 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.compute as pc
 
 _ARROW_TO_TYPE = {
     "string": "string",
@@ -35,6 +36,13 @@ def sample_markdown(table: pa.Table, columns: list[str], limit: int = 10) -> dg.
     head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
     body = "".join("| " + " | ".join(_cell(r[c]) for c in columns) + " |\n" for r in rows)
     return dg.MetadataValue.md(head + body)
+
+
+def value_counts(table: pa.Table, column: str) -> dict[str, int]:
+    """How often each value of `column` occurs (for counts by outcome, rule, op... on an asset's page)."""
+    if table.num_rows == 0:
+        return {}
+    return {str(item["values"]): int(item["counts"]) for item in pc.value_counts(table[column]).to_pylist()}
 
 
 def _cell(value: Any) -> str:

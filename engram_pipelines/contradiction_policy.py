@@ -24,6 +24,7 @@ import pyarrow as pa
 from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.config import Config
 from engram_pipelines.contradictions import (
+    RuleBook,
     detect,
     explicit_candidates,
     load_rules,
@@ -56,12 +57,13 @@ class ContradictionResult:
     samples: dict[str, list[dict[str, str]]] = field(default_factory=dict)
 
 
-def _candidates(memories: pa.Table, pairs: pa.Table, features: pa.Table, config: Config) -> pa.Table:
+def _candidates(
+    memories: pa.Table, pairs: pa.Table, features: pa.Table, rules: RuleBook, config: Config
+) -> pa.Table:
     s = config.similarity
     con = duckdb.connect()
     con.register("p", pairs)
     con.register("m", memories.select(["id", "namespace", "created_at"]))
-    rules = load_rules(config.contradiction.rules_path)
     structural = structural_candidates(features, memories.select(["id", "namespace", "created_at"]))
     explicit = explicit_candidates(memories["id"].to_pylist(), memories["metadata"].to_pylist(), rules)
     con.register("s", structural.select(["left_id", "right_id"]))
@@ -91,7 +93,7 @@ def find_contradictions(memories: pa.Table, pairs: pa.Table, config: Config) -> 
     """Confirmed contradictions of the partition and the intents the configured policy proposes."""
     rules = load_rules(config.contradiction.rules_path)
     features = memory_features(memories["id"].to_pylist(), memories["content"].to_pylist(), rules)
-    candidates = _candidates(memories, pairs, features, config)
+    candidates = _candidates(memories, pairs, features, rules, config)
     found = detect(candidates, features, rules) if candidates.num_rows else None
     table = (
         found.select([f.name for f in CONTRADICTION_SCHEMA]).cast(CONTRADICTION_SCHEMA)

@@ -8,6 +8,7 @@ the canonical gets the tag union (first-seen order). A collapse also annotates t
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,8 +123,6 @@ def _intents(
 
 
 def _tags(memories: pa.Table) -> dict[str, list[str]]:
-    import json
-
     return {
         i: json.loads(t)
         for i, t in zip(memories["id"].to_pylist(), memories["tags"].to_pylist(), strict=True)
