@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import changes, contradictions, history, ingest, knowledge, lifecycle, reports, similarity
+from assets.executors import executor_for
 from assets.jobs import backfill_job, consolidate_job, nightly_job, schedules
 from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.config import load_config, store_url, warehouse_path
@@ -16,9 +17,10 @@ def build_definitions(
     config = load_config(config_path)
     modules = [ingest, lifecycle, similarity, contradictions, knowledge, changes, reports, history]
     return dg.Definitions(
-        assets=dg.load_assets_from_modules(modules),
+        assets=[*dg.load_assets_from_modules(modules), *similarity.sharded_assets(config.execution.shards)],
         asset_checks=dg.load_asset_checks_from_modules(modules),
         jobs=[nightly_job, consolidate_job, backfill_job],
+        executor=executor_for(config.execution),
         schedules=schedules(config),
         resources={
             "store": StoreResource(url=store_url(store)),
@@ -26,6 +28,11 @@ def build_definitions(
             "engram_config": EngramConfigResource(config_path=config_path or ""),
         },
     )
+
+
+def job_for(job: str, store: str | None, warehouse: str | None, config_path: str | None) -> dg.JobDefinition:
+    """Rebuilds a job in a step's process (multiprocess and Dask runs reconstruct it by this name)."""
+    return build_definitions(store, warehouse, config_path).resolve_job_def(job)
 
 
 defs = build_definitions()

@@ -12,5 +12,7 @@ AS_OF_START = "2024-01-01"
 as_of_partitions = dg.DailyPartitionsDefinition(start_date=AS_OF_START, end_offset=1, timezone="UTC")
 
 
-def as_of_date(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext) -> dt.date:
+def as_of_date(
+    context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext | dg.OpExecutionContext,
+) -> dt.date:
     return dt.date.fromisoformat(context.partition_key)

@@ -1,19 +1,25 @@
 """Similarity: comparable vectors, similar pairs, duplicate collapse (auto) and consolidation (gated)."""
 
+import datetime as dt
+from typing import Any
+
 import dagster as dg
 import pyarrow as pa
 
-from assets.metadata import column_lineage, sample_markdown, standard
+from assets.metadata import column_lineage, sample_markdown, standard, value_counts
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, WarehouseResource
+from assets.shards import combine_op, shard_ops
 from engram_pipelines.clusters import CLUSTER_SCHEMA, clusters_table
+from engram_pipelines.config import Config
 from engram_pipelines.embeddings import load_embedder
 from engram_pipelines.merges import collapse_duplicates, consolidate
 from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs, vector_pairs
 from engram_pipelines.plots import cluster_sizes, markdown_image, similarity_histogram
 from engram_pipelines.progress import LogProgress
 from engram_pipelines.timestamps import end_of_day
-from engram_pipelines.vectors import partition_vectors, vector_schema
+from engram_pipelines.vectors import partition_vectors
+from engram_pipelines.warehouse import Warehouse
 
 _MERGE_COLUMNS = [
     "id",
@@ -30,106 +36,139 @@ _MERGE_COLUMNS = [
 ]
 
 
-@dg.asset(
-    name="embeddings",
-    partitions_def=as_of_partitions,
-    deps=["memory_snapshot"],
-    group_name="analysis",
-    kinds={"parquet", "onnx"},
-    owners=["team:data-platform"],
-    description=(
-        "The partition's comparable vectors: a memory's stored vector where it is current (its "
-        "embedded_content_sha matches the content), else an embedding from the configured embedder "
-        "(embeddings.embedder; default all-MiniLM-L6-v2 int8, offline), cached in the warehouse by model and "
-        "content hash so only new or changed rows are ever embedded. Each vector keeps its model name; "
-        "vectors of two models are never compared. Rows marked embeddingExcluded are left out."
-    ),
-)
-def embeddings_asset(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
-) -> dg.MaterializeResult:
-    config = engram_config.load()
-    as_of = as_of_date(context)
-    wh = warehouse.get()
-    memories = wh.read_table("memories", as_of)
+def _embed_shard(
+    context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shard: int, shards: int
+) -> None:
+    memories = wh.read_shard("memories", as_of, shard, shards)
     embedder = load_embedder(config.embeddings.embedder)
     table, stats = partition_vectors(memories, embedder, wh.root, progress=LogProgress(context.log))
+    wh.write_shard("embeddings", as_of, shard, shards, table)
+    context.log.info(f"shard {shard}/{shards}: {memories.num_rows} memories, vectors {stats.as_dict()}")
+
+
+def _combine_embeddings(
+    context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shards: int
+) -> dict[str, Any]:
+    table = wh.read_shards("embeddings", as_of, shards)
     wh.write_table("embeddings", as_of, table)
-    context.log.info(f"vectors: {stats.as_dict()}")
-    return dg.MaterializeResult(
-        metadata={
-            **standard(vector_schema(embedder.dim), table.num_rows),
-            "stored": stats.stored,
-            "embedded": stats.embedded,
-            "cached": stats.cached,
-            "excluded": stats.excluded,
-            "models": dg.MetadataValue.json(stats.models or {}),
-            "embedder": embedder.name,
-        }
-    )
+    embedder_name = config.embeddings.embedder
+    sources = value_counts(table, "source")
+    return {
+        **standard(table.schema, table.num_rows),
+        "stored": sources.get("stored", 0),
+        "embedded": sources.get("embedded", 0),
+        "cached": sources.get("cached", 0),
+        "excluded": wh.read_table("memories", as_of, ["id"]).num_rows - table.num_rows,
+        "models": dg.MetadataValue.json(value_counts(table, "model")),
+        "embedder": embedder_name,
+        "shards": shards,
+    }
 
 
-@dg.asset(
-    partitions_def=as_of_partitions,
-    deps=["memory_snapshot", embeddings_asset],
-    group_name="analysis",
-    kinds={"parquet", "numpy"},
-    owners=["team:data-platform"],
-    description=(
-        "Every pair at or above the lowest configured threshold (similarity.association_threshold, 0.70 by "
-        "default) within one namespace and one embedding model, never across: exact blocked matrix products "
-        "for namespaces up to similarity.exact_cutoff rows, a k-means cell join tuned to recall >= 0.99 above "
-        "it (bench/similarity.py). Plus exact-content twins at score 1.0 (historical corpora never passed "
-        "write-time dedup). Columns: score is the cosine of the two rows' vectors."
-    ),
-)
-def similarity_pairs(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
-) -> dg.MaterializeResult:
-    config = engram_config.load()
-    as_of = as_of_date(context)
-    wh = warehouse.get()
-    vectors = wh.read_table("embeddings", as_of)
+def _pair_shard(
+    context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shard: int, shards: int
+) -> None:
     found, methods = vector_pairs(
-        vectors,
+        wh.read_shard("embeddings", as_of, shard, shards),
         config.similarity.lowest_threshold,
         exact_cutoff=config.similarity.exact_cutoff,
         progress=LogProgress(context.log),
     )
-    memories = wh.read_table("memories", as_of, columns=_MERGE_COLUMNS)
-    pairs = merged_pairs(found, exact_content_pairs(memories))
-    wh.write_table("similarity_pairs", as_of, pairs)
-    return dg.MaterializeResult(
-        metadata={
-            **standard(PAIR_SCHEMA, pairs.num_rows),
-            "rows_by_method": dg.MetadataValue.json(methods),
-            "dagster/column_lineage": column_lineage(
-                "embeddings",
-                {"score": ["vector"], "left_id": ["id"], "right_id": ["id"], "namespace": ["namespace"]},
-            ),
-            "exact_content_pairs": int(pa.compute.sum(pairs["exact_content"]).as_py() or 0),
-            "threshold": config.similarity.lowest_threshold,
-            "similarity_histogram": dg.MetadataValue.md(
-                markdown_image(
-                    similarity_histogram(
-                        pairs["score"].to_numpy(zero_copy_only=False),
-                        {
-                            "association": config.similarity.association_threshold,
-                            "contradiction": config.similarity.contradiction_threshold,
-                            "merge": config.similarity.merge_threshold,
-                            "duplicate": config.similarity.duplicate_threshold,
-                        },
-                    ),
-                    "similarity histogram",
-                )
-            ),
-        }
+    memories = wh.read_shard("memories", as_of, shard, shards, columns=_MERGE_COLUMNS)
+    wh.write_shard(
+        "similarity_pairs", as_of, shard, shards, merged_pairs(found, exact_content_pairs(memories))
     )
+    context.log.info(f"shard {shard}/{shards}: {found.num_rows} vector pairs, rows by method {methods}")
+
+
+def _combine_pairs(
+    context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shards: int
+) -> dict[str, Any]:
+    order = [("namespace", "ascending"), ("left_id", "ascending"), ("right_id", "ascending")]
+    pairs = wh.read_shards("similarity_pairs", as_of, shards).sort_by(order)
+    wh.write_table("similarity_pairs", as_of, pairs)
+    return {
+        **standard(PAIR_SCHEMA, pairs.num_rows),
+        "dagster/column_lineage": column_lineage(
+            "embeddings",
+            {"score": ["vector"], "left_id": ["id"], "right_id": ["id"], "namespace": ["namespace"]},
+        ),
+        "exact_content_pairs": int(pa.compute.sum(pairs["exact_content"]).as_py() or 0),
+        "threshold": config.similarity.lowest_threshold,
+        "shards": shards,
+        "similarity_histogram": dg.MetadataValue.md(
+            markdown_image(
+                similarity_histogram(
+                    pairs["score"].to_numpy(zero_copy_only=False),
+                    {
+                        "association": config.similarity.association_threshold,
+                        "contradiction": config.similarity.contradiction_threshold,
+                        "merge": config.similarity.merge_threshold,
+                        "duplicate": config.similarity.duplicate_threshold,
+                    },
+                ),
+                "similarity histogram",
+            )
+        ),
+    }
+
+
+def sharded_assets(shards: int) -> list[dg.AssetsDefinition]:
+    """embeddings and similarity_pairs, each one step per namespace hash shard plus a combine step."""
+    embed_ops = shard_ops("embeddings", shards, _embed_shard, ("memory_snapshot",))
+    combine_embeddings = combine_op("embeddings", shards, _combine_embeddings)
+    pair_ops = shard_ops("similarity_pairs", shards, _pair_shard, ("memory_snapshot", "embeddings"))
+    combine_pairs = combine_op("similarity_pairs", shards, _combine_pairs)
+
+    @dg.graph_asset(
+        name="embeddings",
+        ins={"memory_snapshot": dg.AssetIn(dagster_type=dg.Nothing)},
+        partitions_def=as_of_partitions,
+        group_name="analysis",
+        kinds={"parquet", "onnx"},
+        owners=["team:data-platform"],
+        description=(
+            "The partition's comparable vectors: a memory's stored vector where it is current (its "
+            "embedded_content_sha matches the content), else an embedding from the configured embedder "
+            "(embeddings.embedder; default all-MiniLM-L6-v2 int8, offline), cached in the warehouse by model and "
+            "content hash so only new or changed rows are ever embedded. Each vector keeps its model name; "
+            "vectors of two models are never compared. Rows marked embeddingExcluded are left out. One step per "
+            "namespace hash shard (execution.shards), run in parallel by the executor, then a combine step."
+        ),
+    )
+    def embeddings(memory_snapshot):
+        return combine_embeddings(parts=[op(memory_snapshot=memory_snapshot) for op in embed_ops])
+
+    @dg.graph_asset(
+        name="similarity_pairs",
+        ins={
+            "memory_snapshot": dg.AssetIn(dagster_type=dg.Nothing),
+            "embeddings": dg.AssetIn(dagster_type=dg.Nothing),
+        },
+        partitions_def=as_of_partitions,
+        group_name="analysis",
+        kinds={"parquet", "numpy"},
+        owners=["team:data-platform"],
+        description=(
+            "Every pair at or above the lowest configured threshold (similarity.association_threshold, 0.70 by "
+            "default) within one namespace and one embedding model, never across: exact blocked matrix products "
+            "for namespaces up to similarity.exact_cutoff rows, a k-means cell join tuned to recall >= 0.99 above "
+            "it (bench/similarity.py). Plus exact-content twins at score 1.0 (historical corpora never passed "
+            "write-time dedup). Columns: score is the cosine of the two rows' vectors. One step per namespace "
+            "hash shard (execution.shards), run in parallel by the executor, then a combine step."
+        ),
+    )
+    def similarity_pairs(memory_snapshot, embeddings):
+        return combine_pairs(
+            parts=[op(memory_snapshot=memory_snapshot, embeddings=embeddings) for op in pair_ops]
+        )
+
+    return [embeddings, similarity_pairs]
 
 
 @dg.asset(
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", similarity_pairs, "contradictions"],
+    deps=["memory_snapshot", "similarity_pairs", "contradictions"],
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
@@ -160,7 +199,7 @@ def duplicates(
 
 @dg.asset(
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", similarity_pairs, duplicates, "contradictions"],
+    deps=["memory_snapshot", "similarity_pairs", duplicates, "contradictions"],
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],

@@ -346,6 +346,20 @@ class SnapshotConfig(_Section):
     """The blocking check fails the run when more rows than this are quarantined."""
 
 
+class ExecutionConfig(_Section):
+    """Where a run's steps execute. Results do not depend on it (it is left out of the config fingerprint)."""
+
+    executor: Literal["in_process", "multiprocess", "dask"] = "in_process"
+    """`in_process` (one process: least overhead, the default), `multiprocess` (local processes: shards and
+    independent analyses in parallel) or `dask` (a Dask cluster through dagster-dask). Used by `run` and the UI."""
+    max_concurrent: int = Field(2, ge=1)
+    """Steps at once (multiprocess), or worker processes of the local Dask cluster."""
+    dask_scheduler: str = ""
+    """Address of a running Dask scheduler (tcp://host:8786); empty starts a local cluster per run."""
+    shards: int = Field(4, ge=1, le=256)
+    """Namespace hash shards: the sharded analyses run one step per shard, in parallel on the executor."""
+
+
 class ScheduleConfig(_Section):
     """Schedules; daily partitions are UTC days and each run is for the day that just ended."""
 
@@ -383,6 +397,7 @@ class Config(_Section):
     apply: ApplyConfig = Field(default_factory=ApplyConfig)
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
     schedules: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
     namespaces: dict[str, NamespacePolicy] = Field(default_factory=dict)
 
     def for_namespace(self, namespace: str) -> Config:
@@ -414,9 +429,9 @@ class Config(_Section):
         import hashlib
         import json
 
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[
-            :16
-        ]
+        return hashlib.sha256(
+            json.dumps(self.model_dump(mode="json", exclude={"execution"}), sort_keys=True).encode()
+        ).hexdigest()[:16]
 
 
 # Seed environment variables (and a few of ours) -> (section path, type). Days/seconds converted below.
@@ -435,6 +450,9 @@ ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], type]] = {
     "MEMORY_CONTRADICTION_POLICY": (("contradiction", "policy"), str),
     "ENGRAM_DECAY_POLICY": (("decay", "policy"), str),
     "ENGRAM_APPLY_BATCH_SIZE": (("apply", "batch_size"), int),
+    "ENGRAM_EXECUTOR": (("execution", "executor"), str),
+    "ENGRAM_DASK_SCHEDULER": (("execution", "dask_scheduler"), str),
+    "ENGRAM_SHARDS": (("execution", "shards"), int),
 }
 ENV_SECONDS_TO_DAYS = {"ARCHIVE_AGE": ("retention", "archive_age_days")}
 

@@ -6,9 +6,11 @@ The code location is found the way `dagster` finds it: by module name, from work
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -63,16 +65,22 @@ def execute_job(
 ) -> dict[str, Any]:
     import dagster as dg
 
-    location = importlib.import_module(code_location_module())
+    module = code_location_module()
+    location = importlib.import_module(module)
     defs = location.build_definitions(store=store, warehouse=warehouse, config_path=config_path)
     job_def = defs.resolve_job_def(job)
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     started = time.perf_counter()
     # INFO keeps the steps' progress lines on the terminal without Dagster's per-event debug lines.
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
-    result = job_def.execute_in_process(
-        partition_key=as_of.isoformat(), instance=instance, raise_on_error=False, run_config=run_config
-    )
+    if job_def.executor_def.name == "in_process":
+        instance = (
+            dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+        )
+        result = job_def.execute_in_process(
+            partition_key=as_of.isoformat(), instance=instance, raise_on_error=False, run_config=run_config
+        )
+    else:
+        result = _execute_out_of_process(job, as_of, module, (store, warehouse, config_path), run_config)
     summary: dict[str, Any] = {
         "job": job,
         "as_of": as_of.isoformat(),
@@ -82,6 +90,7 @@ def execute_job(
         "steps": {},
         "checks": {},
     }
+    step_processes: set[int | None] = set()
     for event in result.all_events:
         if event.event_type_value == "ASSET_MATERIALIZATION":
             materialization = event.event_specific_data.materialization
@@ -93,6 +102,8 @@ def execute_job(
         elif event.event_type_value == "ASSET_CHECK_EVALUATION":
             evaluation = event.event_specific_data
             summary["checks"][evaluation.check_name] = bool(evaluation.passed)
+        elif event.event_type_value == "STEP_START":
+            step_processes.add(event.pid)
         elif event.event_type_value == "STEP_SUCCESS":
             summary.setdefault("step_seconds", {})[event.step_key] = round(
                 event.event_specific_data.duration_ms / 1000.0, 3
@@ -102,7 +113,39 @@ def execute_job(
             summary["error"] = (
                 f"step {event.step_key} failed: {error.message.strip() if error else 'unknown error'}"
             )
+    summary["processes"] = len(step_processes)  # 1 in process; more on local processes or Dask workers
     return summary
+
+
+def _execute_out_of_process(
+    job: str,
+    as_of: dt.date,
+    module: str,
+    location_args: tuple[str, str, str | None],
+    run_config: dict[str, Any],
+) -> Any:
+    """Runs the job on its executor (local processes or Dask): steps rebuild it with `job_for(job, ...)`."""
+    import dagster as dg
+
+    recon = dg.build_reconstructable_job(module, "job_for", reconstructable_args=(job, *location_args))
+    tags = {"dagster/partition": as_of.isoformat()}
+    with contextlib.ExitStack() as stack:
+        if os.environ.get("DAGSTER_HOME"):
+            instance = stack.enter_context(dg.DagsterInstance.get())
+        else:
+            home = stack.enter_context(tempfile.TemporaryDirectory(prefix="engram-dagster-"))
+            instance = stack.enter_context(dg.DagsterInstance.local_temp(home))
+        with dg.execute_job(recon, instance, run_config, tags=tags) as result:
+            return _Finished(result)
+
+
+class _Finished:
+    """What the summary reads of a run, kept after its instance closes."""
+
+    def __init__(self, result: Any) -> None:
+        self.run_id = result.run_id
+        self.success = result.success
+        self.all_events = list(result.all_events)
 
 
 def _plain(value: Any) -> Any:

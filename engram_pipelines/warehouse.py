@@ -19,7 +19,10 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from engram_pipelines.shards import namespaces_in_shard
 
 # Tables written per as-of partition, each a directory under the warehouse.
 PARTITIONED_TABLES = (
@@ -84,6 +87,27 @@ class Warehouse:
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
 
+    def shard_path(self, table: str, as_of: dt.date, shard: int, shards: int) -> Path:
+        """One shard's part of a table, before the shards are combined (shards/<table>/as_of=D/)."""
+        return (
+            self.root / "shards" / table / f"as_of={as_of.isoformat()}" / f"shard-{shard}-of-{shards}.parquet"
+        )
+
+    def write_shard(self, table: str, as_of: dt.date, shard: int, shards: int, data: pa.Table) -> Path:
+        path = self.shard_path(table, as_of, shard, shards)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(data, path.with_suffix(".tmp"), compression="zstd")
+        path.with_suffix(".tmp").rename(path)
+        return path
+
+    def read_shards(self, table: str, as_of: dt.date, shards: int) -> pa.Table:
+        """Every shard's part, in shard order; a missing shard is an error (its step did not finish)."""
+        paths = [self.shard_path(table, as_of, shard, shards) for shard in range(shards)]
+        missing = [p.name for p in paths if not p.exists()]
+        if missing:
+            raise FileNotFoundError(f"{table} for {as_of}: shards {', '.join(missing)} were not written")
+        return pa.concat_tables([pq.read_table(p) for p in paths])
+
     def write_proposals(self, source: str, as_of: dt.date, intents: pa.Table) -> Path:
         """One analysis's intents for a partition (read back by the change-set step)."""
         directory = self.partition_dir("proposals", as_of)
@@ -123,6 +147,18 @@ class Warehouse:
                 f"no {table} partition for {as_of} under {self.root} (materialise the snapshot for that date first)"
             )
         return pq.read_table(path, columns=columns)
+
+    def read_shard(
+        self, table: str, as_of: dt.date, shard: int, shards: int, columns: list[str] | None = None
+    ) -> pa.Table:
+        """The rows of one namespace hash shard, filtered while reading (the other shards are never loaded)."""
+        if shards == 1:
+            return self.read_table(table, as_of, columns)
+        present = pc.unique(self.read_table(table, as_of, ["namespace"])["namespace"]).to_pylist()
+        chosen = namespaces_in_shard(present, shard, shards) or [""]  # [""]: no namespace is empty (schema)
+        return pq.read_table(
+            self.table_path(table, as_of), columns=columns, filters=[("namespace", "in", chosen)]
+        )
 
     def has_table(self, table: str, as_of: dt.date) -> bool:
         return self.table_path(table, as_of).exists()

@@ -1,0 +1,79 @@
+"""Namespace hash shards, and the nightly job on local processes and on a real Dask cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from engram_pipelines.demo_loader import load_demo
+from engram_pipelines.jobrunner import execute_job
+from engram_pipelines.shards import namespaces_in_shard, shard_of
+from engram_pipelines.store import open_store
+from engram_pipelines.warehouse import Warehouse
+from tests.conftest import AS_OF
+
+
+def test_every_namespace_falls_in_exactly_one_static_shard():
+    names = [f"ns-{i}" for i in range(200)]
+    parts = [namespaces_in_shard(names, shard, 4) for shard in range(4)]
+    assert sorted(n for part in parts for n in part) == sorted(names)
+    assert all(len(part) > 20 for part in parts), "crc32 spreads namespaces over the shards"
+    assert shard_of("ns-7", 4) == shard_of("ns-7", 4) == [i for i, p in enumerate(parts) if "ns-7" in p][0]
+
+
+def test_reading_a_shard_loads_only_its_namespaces(tmp_path: Path):
+    wh = Warehouse(tmp_path)
+    table = pa.table({"namespace": [f"ns-{i % 7}" for i in range(70)], "id": [str(i) for i in range(70)]})
+    wh.write_table("memories", AS_OF, table)
+    shards = [wh.read_shard("memories", AS_OF, shard, 3) for shard in range(3)]
+    assert sum(s.num_rows for s in shards) == 70
+    for shard, part in enumerate(shards):
+        assert all(shard_of(ns, 3) == shard for ns in part["namespace"].to_pylist())
+    assert sorted(pa.concat_tables(shards)["id"].to_pylist()) == sorted(table["id"].to_pylist())
+
+
+def test_combining_shards_fails_when_a_shard_is_missing(tmp_path: Path):
+    wh = Warehouse(tmp_path)
+    wh.write_shard("embeddings", AS_OF, 0, 2, pa.table({"namespace": ["a"]}))
+    with pytest.raises(FileNotFoundError, match="shard-1-of-2"):
+        wh.read_shards("embeddings", AS_OF, 2)
+
+
+def _demo(path: Path) -> str:
+    url = f"sqlite:///{path}"
+    with open_store(url, migrate=True) as store:
+        load_demo(store, size=1_000, seed=11, as_of=AS_OF)
+    return url
+
+
+def _config(path: Path, execution: dict[str, object]) -> str:
+    path.write_text(yaml.safe_dump({"execution": execution}))
+    return str(path)
+
+
+def _run(tmp_path: Path, name: str, execution: dict[str, object]) -> dict[str, object]:
+    store = _demo(tmp_path / f"{name}.db")
+    config = _config(tmp_path / f"{name}.yaml", execution)
+    result = execute_job("nightly", AS_OF, store=store, warehouse=str(tmp_path / name), config_path=config)
+    assert result["success"], result.get("error")
+    return result
+
+
+def test_the_nightly_on_a_dask_cluster_gets_the_same_change_set_as_one_process(tmp_path: Path):
+    """Three shards on three Dask worker processes against one unsharded process: the same change sets."""
+    from dask.distributed import LocalCluster
+
+    reference = _run(tmp_path, "in_process", {"executor": "in_process", "shards": 1})
+    assert reference["processes"] == 1
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        on_dask = _run(
+            tmp_path, "dask", {"executor": "dask", "dask_scheduler": cluster.scheduler_address, "shards": 3}
+        )
+    for step in ("change_set", "applied_changes", "similarity_pairs", "duplicates", "consolidation"):
+        assert reference["steps"][step] == on_dask["steps"][step], step
+    assert on_dask["steps"]["change_set"]["auto_changes"] > 0
+    assert on_dask["processes"] > 1, "steps ran in the Dask worker processes"
+    assert {f"similarity_pairs.similarity_pairs_shard_{i}" for i in range(3)} <= set(on_dask["step_seconds"])
