@@ -3,9 +3,10 @@
 import dagster as dg
 import pyarrow as pa
 
-from assets.metadata import sample_markdown, standard
+from assets.metadata import Lineage, column_lineage, column_schema, sample_markdown, standard
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
+from engram_pipelines import records
 from engram_pipelines.changes.apply import apply_change_set
 from engram_pipelines.changes.compose import CHANGE_SCHEMA
 from engram_pipelines.changes.invariants import (
@@ -33,6 +34,49 @@ ANALYSIS_SOURCES: list[str] = [
     "temporal",
     "gc",
 ]
+
+# Each analysis's proposals: the columns naming the rows they target, and those holding the values they write.
+_PROPOSAL_TARGETS: dict[str, list[str]] = {
+    "decay_scores": ["id"],
+    "promotions": ["id"],
+    "retention": ["id"],
+    "contradictions": ["newer_id", "older_id"],
+    "duplicates": ["canonical", "loser"],
+    "consolidation": ["canonical", "loser"],
+    "semantic": ["node_id"],
+    "compression": ["summary_id", "member"],
+    "associations": ["src_id", "dst_id"],
+    "temporal": ["src_id", "dst_id"],
+    "gc": ["src_id", "dst_id", "kind"],
+}
+_PROPOSAL_VALUES: dict[str, list[str]] = {
+    "decay_scores": ["score", "stale_after"],
+    "promotions": ["promotion", "to"],
+    "retention": ["to_zone"],
+    "contradictions": ["newer_id", "older_id"],
+    "duplicates": ["canonical", "loser", "score", "tag_union"],
+    "consolidation": ["canonical", "loser", "score", "tag_union"],
+    "semantic": ["node_id", "tier", "probability", "confidence"],
+    "compression": ["summary_id", "member", "score"],
+    "associations": ["src_id", "dst_id", "score"],
+    "temporal": ["src_id", "dst_id", "weight_after"],
+    "gc": ["src_id", "dst_id", "kind"],
+}
+
+# A patch is the difference between the row as the snapshot has it and the row once its intents are folded in;
+# inserted rows (semantic nodes, summaries) copy their sources' content and importance.
+_PATCHED = [*records.WRITABLE_COLUMNS, "content", "importance"]
+
+_CHANGE_SET_LINEAGE: Lineage = {
+    "target_id": _PROPOSAL_TARGETS,
+    "patch": {"memory_snapshot": _PATCHED, **_PROPOSAL_VALUES},
+    # The CAS guards: the row as the decision saw it.
+    "expected_version": {"memory_snapshot": ["version"]},
+    "guard_access_count": {"memory_snapshot": ["access_count"]},
+    "guard_last_accessed_at": {"memory_snapshot": ["last_accessed_at"]},
+    "guard_pinned": {"memory_snapshot": ["pinned"]},
+    "guard_content_sha": {"memory_snapshot": ["content"]},
+}
 
 
 def _job(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext) -> str:
@@ -83,6 +127,7 @@ def change_set(
     return dg.MaterializeResult(
         metadata={
             **standard(CHANGE_SCHEMA, both.num_rows),
+            "dagster/column_lineage": column_lineage(_CHANGE_SET_LINEAGE),
             "auto_change_set": sets["auto"][0].change_set_id,
             "gated_change_set": sets["gated"][0].change_set_id,
             "auto_changes": auto_table.num_rows,
@@ -178,6 +223,12 @@ def one_write_per_row(
     return _result([v for t in changes for v in several_writes_per_row(t)], "rows written more than once")
 
 
+# The live store's memory columns an apply may write. A write is the change's patch, or, when the row moved on
+# since the snapshot, its intents folded again into the fresh row.
+_WRITTEN = pa.schema([f for f in records.MEMORY_FIELDS if f.name in records.WRITABLE_COLUMNS])
+_APPLIED_LINEAGE: Lineage = {name: {"change_set": ["patch", "intents"]} for name in _WRITTEN.names}
+
+
 @dg.asset(
     partitions_def=as_of_partitions,
     deps=[change_set],
@@ -191,7 +242,7 @@ def one_write_per_row(
         "ledger row, so a re-run is a no-op and `engram-pipelines revert` undoes it. One apply runs at a time "
         "per store, whoever starts it: the store holds an apply lock (an advisory lock on PostgreSQL, a file "
         "lock beside the SQLite file), released if the holder dies. Gated sets are applied here only when "
-        "review.auto_approve_gated is set."
+        "review.auto_approve_gated is set. Columns: those of the live store's memories that an apply writes."
     ),
 )
 def applied_changes(
@@ -226,6 +277,8 @@ def applied_changes(
     auto = results["auto"]
     return dg.MaterializeResult(
         metadata={
+            "dagster/column_schema": column_schema(_WRITTEN),
+            "dagster/column_lineage": column_lineage(_APPLIED_LINEAGE),
             "change_set": auto["change_set_id"],
             "total": auto["total"],
             "applied": auto["applied"],

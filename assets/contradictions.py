@@ -2,10 +2,29 @@
 
 import dagster as dg
 
-from assets.metadata import sample_markdown, standard
+from assets.metadata import Lineage, column_lineage, sample_markdown, standard
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.contradiction_policy import CONTRADICTION_SCHEMA, find_contradictions
+
+# A pair comes from the similarity band (pairs), the structural join on the parsed content, or an explicit
+# metadata.contradicts link; the rules read the content (and the explicit links), the creation times say which
+# row is the newer.
+_PAIR_IDS = {"similarity_pairs": ["left_id", "right_id"], "memory_snapshot": ["id"]}
+_CLAIMS = ["content", "metadata"]
+
+_CONTRADICTIONS_LINEAGE: Lineage = {
+    "namespace": {"memory_snapshot": ["namespace"]},
+    "left_id": _PAIR_IDS,
+    "right_id": _PAIR_IDS,
+    "newer_id": {"similarity_pairs": ["left_id", "right_id"], "memory_snapshot": ["id", "created_at"]},
+    "older_id": {"similarity_pairs": ["left_id", "right_id"], "memory_snapshot": ["id", "created_at"]},
+    # Some rules look at one side only (a change indicator in the newer row), so the roles count too.
+    "rule": {"memory_snapshot": [*_CLAIMS, "created_at"]},
+    "reason": {"memory_snapshot": [*_CLAIMS, "created_at"]},
+    "sources": {"similarity_pairs": ["score"], "memory_snapshot": _CLAIMS},
+    "score": {"similarity_pairs": ["score"]},
+}
 
 
 @dg.asset(
@@ -43,6 +62,7 @@ def contradictions(
     return dg.MaterializeResult(
         metadata={
             **standard(CONTRADICTION_SCHEMA, result.table.num_rows),
+            "dagster/column_lineage": column_lineage(_CONTRADICTIONS_LINEAGE),
             "policy": config.contradiction.policy,
             "by_rule": dg.MetadataValue.json(result.by_rule),
             "candidates_by_source": dg.MetadataValue.json(result.candidates_by_source),

@@ -29,7 +29,10 @@ from engram_pipelines.warehouse import Warehouse
         "not known yet; lifecycle state starts raw, as if no pipeline had run); similar pairs are computed once and "
         "filtered per day. Per day it writes decay_scores, promotions and retention under "
         "<warehouse>/history/, and never writes the live store. Compare policies by backfilling the same range "
-        "into two warehouses with two configurations (docs/guides/backfill.md). Not part of the nightly job."
+        "into two warehouses with two configurations (docs/guides/backfill.md). Each day's materialisation "
+        "carries that day's counts: dagster/row_count (decay_scores rows, one per memory that existed then), "
+        "promotions_rows, retention_rows, and how many rows became stale or would merge. Not part of the "
+        "nightly job."
     ),
 )
 def history(
@@ -58,12 +61,25 @@ def history(
         corpus, links, pairs, days, config, Warehouse(root / "history"), progress=LogProgress(context.log)
     )
     context.log.info(f"backfilled {summary.days} days over {corpus.num_rows} memories")
+    # One run materialises every day of the range, and Dagster records one event per day with the run's
+    # metadata; partition-scoped metadata is what makes each day's event carry that day's own counts.
+    for day, tables in summary.table_rows_per_day.items():
+        transitions = summary.transitions_per_day[day]
+        context.add_asset_metadata(
+            {
+                "dagster/row_count": tables["decay_scores"],
+                "promotions_rows": tables["promotions"],
+                "retention_rows": tables["retention"],
+                "became_stale": transitions["became_stale"],
+                "duplicates": transitions["duplicates"],
+                "near_duplicates": transitions["near_duplicates"],
+            },
+            partition_key=day,
+        )
     return dg.MaterializeResult(
         metadata={
             "days": summary.days,
             "corpus_rows": corpus.num_rows,
-            "rows_per_day": dg.MetadataValue.json(summary.rows_per_day),
-            "transitions_per_day": dg.MetadataValue.json(summary.transitions_per_day),
             "output": dg.MetadataValue.path(str(root / "history")),
         }
     )

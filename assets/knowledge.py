@@ -3,7 +3,7 @@
 import dagster as dg
 import pyarrow as pa
 
-from assets.metadata import sample_markdown, standard, value_counts
+from assets.metadata import Lineage, column_lineage, sample_markdown, standard, value_counts
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.associations import ASSOCIATION_SCHEMA, associations
@@ -31,6 +31,7 @@ def _finish(
     intents: pa.Table,
     schema: pa.Schema,
     sample: list[str],
+    lineage: Lineage,
     **extra,
 ) -> dg.MaterializeResult:
     wh.write_table(name, as_of, result)
@@ -38,12 +39,47 @@ def _finish(
     return dg.MaterializeResult(
         metadata={
             **standard(schema, result.num_rows),
+            "dagster/column_lineage": column_lineage(lineage),
             "transitions": intents.num_rows,
             "by_op": dg.MetadataValue.json(value_counts(intents, "op")),
             "sample": sample_markdown(result, [c for c in sample if c in result.column_names]),
             **extra,
         }
     )
+
+
+# A node's state lives in its metadata; a cluster's members come from the pairs. A source counts while it is
+# valid: not superseded (tonight's duplicate losers are) and not queued for purge (nor moved there tonight).
+_MEMBERS = ["left_id", "right_id"]
+_VALID_EVIDENCE = {
+    "memory_snapshot": ["metadata", "superseded_by", "zone"],
+    "duplicates": ["loser"],
+    "retention": ["to_zone"],
+    "similarity_pairs": _MEMBERS,
+}
+
+_SEMANTIC_LINEAGE: Lineage = {
+    "namespace": {"memory_snapshot": ["namespace"]},
+    # A new node's id hashes its sources; a cluster that reinforces a node takes the closest node's id.
+    "node_id": {
+        "memory_snapshot": ["id", "namespace", "metadata"],
+        "similarity_pairs": _MEMBERS,
+        "embeddings": ["vector"],
+    },
+    "cluster_id": {"similarity_pairs": _MEMBERS},
+    "action": {"memory_snapshot": ["metadata"], "similarity_pairs": _MEMBERS, "embeddings": ["vector"]},
+    "tier": _VALID_EVIDENCE,
+    "previous_tier": {"memory_snapshot": ["metadata"]},
+    "probability": {"memory_snapshot": ["metadata"], "similarity_pairs": _MEMBERS},
+    "confidence": _VALID_EVIDENCE,
+    "sources": _VALID_EVIDENCE,
+    "new_sources": {"memory_snapshot": ["metadata"], "similarity_pairs": _MEMBERS},
+    "contexts": _VALID_EVIDENCE,
+    "variability": _VALID_EVIDENCE,
+    "cycles": {"memory_snapshot": ["metadata"], "similarity_pairs": _MEMBERS},
+    "marked": {"embeddings": ["vector"]},
+    "representative": {"memory_snapshot": ["metadata"], "similarity_pairs": ["score"]},
+}
 
 
 @dg.asset(
@@ -84,7 +120,24 @@ def semantic(
         intents,
         SEMANTIC_SCHEMA,
         ["node_id", "namespace", "action", "tier", "confidence", "sources"],
+        _SEMANTIC_LINEAGE,
     )
+
+
+_COMPRESSION_LINEAGE: Lineage = {
+    "cluster_id": {"similarity_pairs": _MEMBERS},
+    "namespace": {"memory_snapshot": ["namespace"]},
+    "summary_id": {"memory_snapshot": ["namespace"], "similarity_pairs": _MEMBERS},
+    "member": {"similarity_pairs": _MEMBERS},
+    # The representative is the cluster's medoid; the score is a member's cosine to it.
+    "representative": {"similarity_pairs": ["score"]},
+    "score": {"similarity_pairs": ["score"]},
+    "importance": {"memory_snapshot": ["importance"]},
+    # This run's decay score, else the row's stored one.
+    "decay_score": {"decay_scores": ["score"], "memory_snapshot": ["score"]},
+    # The summary takes the medoid's text, then the most distinct member's, until it is full.
+    "in_summary": {"memory_snapshot": ["content"], "similarity_pairs": ["score"]},
+}
 
 
 @dg.asset(
@@ -117,7 +170,19 @@ def compression_asset(
         intents,
         COMPRESSION_SCHEMA,
         ["summary_id", "namespace", "members", "content"],
+        _COMPRESSION_LINEAGE,
     )
+
+
+_ASSOCIATIONS_LINEAGE: Lineage = {
+    "namespace": {"similarity_pairs": ["namespace"]},
+    "src_id": {"similarity_pairs": _MEMBERS},
+    "dst_id": {"similarity_pairs": _MEMBERS},
+    "score": {"similarity_pairs": ["score"]},
+    # Each memory ranks its band pairs by score, then by the other id.
+    "src_rank": {"similarity_pairs": ["score", *_MEMBERS]},
+    "dst_rank": {"similarity_pairs": ["score", *_MEMBERS]},
+}
 
 
 @dg.asset(
@@ -149,7 +214,21 @@ def associations_asset(
         intents,
         ASSOCIATION_SCHEMA,
         ["namespace", "src_id", "dst_id", "score"],
+        _ASSOCIATIONS_LINEAGE,
     )
+
+
+# Only the built edges derive from memories (consecutive rows of a conversation by created_at, then id); the
+# boosted and pruned ones come from the links table, which has no declared columns to name.
+_CONVERSATION_ORDER = ["id", "created_at", "metadata"]
+_TEMPORAL_LINEAGE: Lineage = {
+    "namespace": {"memory_snapshot": ["namespace"]},
+    "src_id": {"memory_snapshot": _CONVERSATION_ORDER},
+    "dst_id": {"memory_snapshot": _CONVERSATION_ORDER},
+    "weight_after": {"memory_snapshot": _CONVERSATION_ORDER},
+    "distance": {"memory_snapshot": _CONVERSATION_ORDER},
+    "conversation_id": {"memory_snapshot": ["metadata"]},
+}
 
 
 @dg.asset(
@@ -177,7 +256,16 @@ def temporal(
         intents,
         TEMPORAL_SCHEMA,
         ["namespace", "src_id", "dst_id", "action", "weight"],
+        _TEMPORAL_LINEAGE,
     )
+
+
+# The links themselves (namespace, ends, kind) are the links table's; which rule fires depends on whether the
+# endpoints exist, in which namespace, and whether both are queued for purge.
+_GC_LINEAGE: Lineage = {
+    "rule": {"memory_snapshot": ["id", "namespace", "zone"]},
+    "reason": {"memory_snapshot": ["id", "namespace", "zone"]},
+}
 
 
 @dg.asset(
@@ -198,5 +286,12 @@ def gc(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.Ma
         quarantined=wh.read_table("quarantine", as_of, columns=["id"]),
     )
     return _finish(
-        wh, "gc", as_of, result, intents, GC_SCHEMA, ["namespace", "src_id", "dst_id", "kind", "finding"]
+        wh,
+        "gc",
+        as_of,
+        result,
+        intents,
+        GC_SCHEMA,
+        ["namespace", "src_id", "dst_id", "kind", "finding"],
+        _GC_LINEAGE,
     )

@@ -3,7 +3,7 @@
 import dagster as dg
 import pyarrow.compute as pc
 
-from assets.metadata import column_lineage, sample_markdown, standard, value_counts
+from assets.metadata import Lineage, column_lineage, column_schema, sample_markdown, standard, value_counts
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.decay import DECAY_SCHEMA, decay_intents, decay_scores
@@ -31,6 +31,34 @@ _LIFECYCLE_COLUMNS = [
     "zone_since",
     "superseded_by",
 ]
+
+# What a decay score is computed from, whichever policy a row gets (engram: cues, access, recency; halflife and
+# ebbinghaus: importance, age, access; kind picks the policy and half-life; pinned the floor).
+_SCORE_INPUTS = [
+    "content",
+    "tags",
+    "importance",
+    "access_count",
+    "last_accessed_at",
+    "created_at",
+    "pinned",
+    "kind",
+]
+
+_DECAY_LINEAGE: Lineage = {
+    "id": {"memory_snapshot": ["id"]},
+    "namespace": {"memory_snapshot": ["namespace"]},
+    "kind": {"memory_snapshot": ["kind"]},
+    # Policies are chosen per namespace and per kind.
+    "policy": {"memory_snapshot": ["namespace", "kind"]},
+    "age_days": {"memory_snapshot": ["last_accessed_at", "created_at"]},
+    "score": {"memory_snapshot": _SCORE_INPUTS},
+    "previous_score": {"memory_snapshot": ["score"]},
+    "stale_before": {"memory_snapshot": ["stale"]},
+    "stale_after": {"memory_snapshot": _SCORE_INPUTS},
+    "outcome": {"memory_snapshot": [*_SCORE_INPUTS, "stale"]},
+    "review_interval_days": {"memory_snapshot": _SCORE_INPUTS},
+}
 
 
 @dg.asset(
@@ -65,27 +93,7 @@ def decay_scores_asset(
     return dg.MaterializeResult(
         metadata={
             **standard(DECAY_SCHEMA, scores.num_rows),
-            "dagster/column_lineage": column_lineage(
-                "memory_snapshot",
-                {
-                    "score": [
-                        "content",
-                        "tags",
-                        "importance",
-                        "access_count",
-                        "last_accessed_at",
-                        "created_at",
-                        "pinned",
-                        "kind",
-                    ],
-                    "age_days": ["last_accessed_at", "created_at"],
-                    "stale_after": ["pinned", "kind"],
-                    "stale_before": ["stale"],
-                    "previous_score": ["score"],
-                    "id": ["id"],
-                    "namespace": ["namespace"],
-                },
-            ),
+            "dagster/column_lineage": column_lineage(_DECAY_LINEAGE),
             "outcomes": dg.MetadataValue.json(outcomes),
             "policies": dg.MetadataValue.json(value_counts(scores, "policy")),
             "transitions": intents.num_rows,
@@ -104,6 +112,18 @@ def decay_scores_asset(
             "sample": sample_markdown(scores, ["id", "namespace", "policy", "score", "outcome", "reasons"]),
         }
     )
+
+
+_PROMOTIONS_LINEAGE: Lineage = {
+    "id": {"memory_snapshot": ["id"]},
+    "namespace": {"memory_snapshot": ["namespace"]},
+    # STM rows are promoted in tier, episodic rows in kind.
+    "promotion": {"memory_snapshot": ["tier", "kind"]},
+    "to": {"memory_snapshot": ["tier", "kind"]},
+    # The LTM quota is filled highest decay score first, then by id, within the namespace.
+    "rank": {"decay_scores": ["score"], "memory_snapshot": ["namespace", "id"]},
+    "reason": {"memory_snapshot": ["access_count", "importance", "tags"]},
+}
 
 
 @dg.asset(
@@ -138,11 +158,28 @@ def promotions_asset(
     return dg.MaterializeResult(
         metadata={
             **standard(PROMOTION_SCHEMA, table.num_rows),
+            "dagster/column_lineage": column_lineage(_PROMOTIONS_LINEAGE),
             "by_promotion": dg.MetadataValue.json(value_counts(table, "promotion")),
             "transitions": intents.num_rows,
             "sample": sample_markdown(table, ["id", "namespace", "promotion", "to", "reason"]),
         }
     )
+
+
+# Which rule moves a row: its zone and since when, a pin, an access since archiving, the deprecated tag, its
+# age and its decay score. The reason also says how long the row has been in its zone (zone_since, else
+# updated_at).
+_RULE_INPUTS = ["zone", "zone_since", "last_accessed_at", "pinned", "tags", "created_at"]
+
+_RETENTION_LINEAGE: Lineage = {
+    "id": {"memory_snapshot": ["id"]},
+    "namespace": {"memory_snapshot": ["namespace"]},
+    "from_zone": {"memory_snapshot": ["zone"]},
+    "to_zone": {"memory_snapshot": ["zone", "zone_since", "last_accessed_at", "pinned"]},
+    "rule": {"memory_snapshot": _RULE_INPUTS, "decay_scores": ["score"]},
+    "reason": {"memory_snapshot": [*_RULE_INPUTS, "updated_at"], "decay_scores": ["score"]},
+    "score": {"decay_scores": ["score"]},
+}
 
 
 @dg.asset(
@@ -176,12 +213,25 @@ def retention(
     return dg.MaterializeResult(
         metadata={
             **standard(RETENTION_SCHEMA, moves.num_rows),
+            "dagster/column_lineage": column_lineage(_RETENTION_LINEAGE),
             "by_target_zone": dg.MetadataValue.json(value_counts(moves, "to_zone")),
             "by_rule": dg.MetadataValue.json(value_counts(moves, "rule")),
             "transitions": intents.num_rows,
             "sample": sample_markdown(moves, ["id", "namespace", "from_zone", "to_zone", "reason"]),
         }
     )
+
+
+# The preview's table is the rows about to fall off: both scores re-run the decay policy (now and at the preview
+# date); `would` re-runs retention at the preview date on the projected score, or says the row would go stale.
+_PREVIEW_LINEAGE: Lineage = {
+    "id": {"memory_snapshot": ["id"]},
+    "namespace": {"memory_snapshot": ["namespace"]},
+    "content": {"memory_snapshot": ["content"]},
+    "score_now": {"memory_snapshot": _SCORE_INPUTS},
+    "score_then": {"memory_snapshot": _SCORE_INPUTS},
+    "would": {"memory_snapshot": sorted({*_SCORE_INPUTS, *_RULE_INPUTS, "updated_at"})},
+}
 
 
 class DecayPreviewConfig(dg.Config):
@@ -197,8 +247,9 @@ class DecayPreviewConfig(dg.Config):
     description=(
         "Decay preview (seed 001): every score projected `days_ahead` (default 30) past the as-of date, writing "
         "nothing: per namespace what would go stale, archive, queue for purge or purge, the rows about to fall "
-        "off, and the score distribution now vs then. Run it before the first retention sweep on a store you "
-        "care about, and pin what must stay. Not part of the nightly job; materialise it on demand."
+        "off (the column schema on this page is theirs), and the score distribution now vs then. Run it before "
+        "the first retention sweep on a store you care about, and pin what must stay. Not part of the nightly "
+        "job; materialise it on demand."
     ),
 )
 def decay_preview(
@@ -209,7 +260,7 @@ def decay_preview(
 ) -> dg.MaterializeResult:
     import datetime as dt
 
-    from engram_pipelines.decay_preview import preview_decay, score_distribution_png
+    from engram_pipelines.decay_preview import FALLING_OFF_SCHEMA, preview_decay, score_distribution_png
 
     settings = engram_config.load()
     as_of = as_of_date(context)
@@ -228,6 +279,8 @@ def decay_preview(
     chart = markdown_image(png, "score distribution now vs then")
     return dg.MaterializeResult(
         metadata={
+            "dagster/column_schema": column_schema(FALLING_OFF_SCHEMA),
+            "dagster/column_lineage": column_lineage(_PREVIEW_LINEAGE),
             "totals": dg.MetadataValue.json(preview.totals()),
             "preview": dg.MetadataValue.md(preview.markdown()),
             "score_distribution": dg.MetadataValue.md(chart),

@@ -55,11 +55,25 @@ def standard(table_schema: pa.Schema, row_count: int, **extra: Any) -> dict[str,
     return {"dagster/column_schema": column_schema(table_schema), "dagster/row_count": row_count, **extra}
 
 
-def column_lineage(upstream: str, deps: dict[str, list[str]]) -> dg.TableColumnLineage:
-    """Which upstream columns each output column derives from (drawn by the UI where it supports it)."""
+# Output column -> upstream asset -> the upstream columns its value is computed from.
+Lineage = dict[str, dict[str, list[str]]]
+
+
+def column_lineage(deps: Lineage) -> dg.TableColumnLineage:
+    """Which upstream columns each output column derives from (drawn by the UI where it supports it).
+
+    A column lists the inputs its value is computed from, not the columns that only decide which rows appear:
+    every column would list those, and the drawing would say nothing. Only declared columns can be named, so
+    what comes from the snapshot's `links` table (written by memory_snapshot, not in its column schema) is
+    left out; tests/test_pipeline.py checks every named column against the upstream's schema.
+    """
     return dg.TableColumnLineage(
         deps_by_column={
-            column: [dg.TableColumnDep(asset_key=dg.AssetKey(upstream), column_name=c) for c in sources]
+            column: [
+                dg.TableColumnDep(asset_key=dg.AssetKey(upstream), column_name=name)
+                for upstream, names in sources.items()
+                for name in names
+            ]
             for column, sources in deps.items()
         }
     )

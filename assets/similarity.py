@@ -6,7 +6,7 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from assets.metadata import column_lineage, sample_markdown, standard, value_counts
+from assets.metadata import Lineage, column_lineage, sample_markdown, standard, value_counts
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, WarehouseResource
 from assets.shards import combine_op, shard_ops
@@ -36,6 +36,28 @@ _MERGE_COLUMNS = [
 ]
 
 
+# A stored vector is used while it is current (its embedded_content_sha matches the content); otherwise the
+# content is embedded, and the model and source say which happened.
+_CURRENT_VECTOR = ["embedding", "embedded_content_sha", "content"]
+
+_EMBEDDINGS_LINEAGE: Lineage = {
+    "id": {"memory_snapshot": ["id"]},
+    "namespace": {"memory_snapshot": ["namespace"]},
+    "model": {"memory_snapshot": ["embedding_model", *_CURRENT_VECTOR]},
+    "source": {"memory_snapshot": _CURRENT_VECTOR},
+    "vector": {"memory_snapshot": _CURRENT_VECTOR},
+}
+
+# Exact-content twins (score 1.0) come from the snapshot's content; every other pair from the two rows' vectors.
+_PAIRS_LINEAGE: Lineage = {
+    "namespace": {"embeddings": ["namespace"], "memory_snapshot": ["namespace"]},
+    "left_id": {"embeddings": ["id"], "memory_snapshot": ["id"]},
+    "right_id": {"embeddings": ["id"], "memory_snapshot": ["id"]},
+    "score": {"embeddings": ["vector"], "memory_snapshot": ["content"]},
+    "exact_content": {"memory_snapshot": ["content"]},
+}
+
+
 def _embed_shard(
     context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shard: int, shards: int
 ) -> None:
@@ -55,6 +77,7 @@ def _combine_embeddings(
     sources = value_counts(table, "source")
     return {
         **standard(table.schema, table.num_rows),
+        "dagster/column_lineage": column_lineage(_EMBEDDINGS_LINEAGE),
         "stored": sources.get("stored", 0),
         "embedded": sources.get("embedded", 0),
         "cached": sources.get("cached", 0),
@@ -89,10 +112,7 @@ def _combine_pairs(
     wh.write_table("similarity_pairs", as_of, pairs)
     return {
         **standard(PAIR_SCHEMA, pairs.num_rows),
-        "dagster/column_lineage": column_lineage(
-            "embeddings",
-            {"score": ["vector"], "left_id": ["id"], "right_id": ["id"], "namespace": ["namespace"]},
-        ),
+        "dagster/column_lineage": column_lineage(_PAIRS_LINEAGE),
         "exact_content_pairs": int(pa.compute.sum(pairs["exact_content"]).as_py() or 0),
         "threshold": config.similarity.lowest_threshold,
         "shards": shards,
@@ -233,6 +253,21 @@ def consolidation(
     return _merge_result(wh, "consolidation", as_of, result, "Near-duplicate clusters (gated)", dry_run=True)
 
 
+# Clusters are built over the pairs; the canonical is the member a merge keeps (highest importance, then most
+# recent, then lowest id) and takes the tag union of its cluster.
+_CLUSTER_LINEAGE: Lineage = {
+    "cluster_id": {"similarity_pairs": ["left_id", "right_id"]},
+    "namespace": {"memory_snapshot": ["namespace"]},
+    "canonical": {
+        "similarity_pairs": ["left_id", "right_id"],
+        "memory_snapshot": ["importance", "created_at", "id"],
+    },
+    "loser": {"similarity_pairs": ["left_id", "right_id"]},
+    "score": {"similarity_pairs": ["score"]},
+    "tag_union": {"memory_snapshot": ["tags"]},
+}
+
+
 def _merge_result(wh, name: str, as_of, result, title: str, **extra) -> dg.MaterializeResult:
     """Store a merge step's clusters and intents; its metadata carries seed 000's summary and a plot."""
     table = clusters_table(result.clusters)
@@ -243,6 +278,7 @@ def _merge_result(wh, name: str, as_of, result, title: str, **extra) -> dg.Mater
     return dg.MaterializeResult(
         metadata={
             **standard(CLUSTER_SCHEMA, table.num_rows),
+            "dagster/column_lineage": column_lineage(_CLUSTER_LINEAGE),
             "scanned": summary["scanned"],
             "clusters": summary["clusters"],
             "merged": summary["merged"],

@@ -19,6 +19,18 @@ from engram_pipelines.retention import retention_moves
 
 FALLING_OFF_LIMIT = 200
 
+# The rows about to fall off, as the report lists them (`would`: archived, purge_queue, purged or go stale).
+FALLING_OFF_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("namespace", pa.string(), nullable=False),
+        pa.field("content", pa.string(), nullable=False),
+        pa.field("score_now", pa.float64()),
+        pa.field("score_then", pa.float64()),
+        pa.field("would", pa.string(), nullable=False),
+    ]
+)
+
 
 @dataclass
 class DecayPreview:
@@ -110,7 +122,7 @@ def preview_decay(memories: pa.Table, config: Config, now: dt.datetime, at: dt.d
         """
     ).fetchall()
     names = ["namespace", "rows", "newly_stale", "would_archive", "would_queue_for_purge", "would_purge"]
-    fall_names = ["id", "namespace", "content", "score_now", "score_then", "would"]
+    fall_names = FALLING_OFF_SCHEMA.names
     return DecayPreview(
         now=now,
         at=at,

@@ -27,11 +27,16 @@ from engram_pipelines.retention import retention_moves
 from engram_pipelines.timestamps import end_of_day
 from engram_pipelines.warehouse import Warehouse
 
+OUTPUT_TABLES = ("decay_scores", "promotions", "retention")
+
 
 @dataclass
 class BackfillSummary:
+    """Per day (ISO date): the memories that existed at its end, the rows written per table, the transitions."""
+
     days: int = 0
     rows_per_day: dict[str, int] = field(default_factory=dict)
+    table_rows_per_day: dict[str, dict[str, int]] = field(default_factory=dict)
     transitions_per_day: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
@@ -97,10 +102,12 @@ def backfill(
             at=at,
             excluded_ids=taken,
         )
-        for name, table in (("decay_scores", scores), ("promotions", promoted), ("retention", moves)):
+        written = dict(zip(OUTPUT_TABLES, (scores, promoted, moves), strict=True))
+        for name, table in written.items():
             output.write_table(name, day, table)
         key = day.isoformat()
         summary.rows_per_day[key] = state.num_rows
+        summary.table_rows_per_day[key] = {name: table.num_rows for name, table in written.items()}
         summary.transitions_per_day[key] = {
             "became_stale": int(pc.sum(pc.equal(scores["outcome"], "became_stale")).as_py() or 0),
             "promotions": promoted.num_rows,

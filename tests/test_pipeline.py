@@ -123,3 +123,83 @@ def test_planted_patterns_become_semantic_nodes_and_the_report_shows_it(demo_sto
     )
     report = Path(result["report_path"]).read_text()
     assert "semantic nodes and summaries created" in report and "semantic_corroborated" in report
+
+
+# Every asset whose table derives from upstream tables; memory_snapshot reads the live store, and history and
+# health_report publish counts and reports rather than a table.
+LINEAGE_ASSETS = {
+    "embeddings",
+    "decay_scores",
+    "promotions",
+    "retention",
+    "decay_preview",
+    "similarity_pairs",
+    "contradictions",
+    "duplicates",
+    "consolidation",
+    "semantic",
+    "compression",
+    "associations",
+    "temporal",
+    "gc",
+    "change_set",
+    "applied_changes",
+}
+
+
+def test_column_lineage_names_only_columns_the_upstream_assets_have(tmp_path: Path):
+    import dagster as dg
+
+    from assets.changes import ANALYSIS_SOURCES
+    from assets.definitions import build_definitions
+
+    url = f"sqlite:///{tmp_path}/engram.db"
+    with open_store(url, migrate=True) as store:
+        load_demo(store, size=500, seed=11, as_of=AS_OF)
+    defs = build_definitions(store=url, warehouse=str(tmp_path / "wh"))
+    graph = defs.resolve_asset_graph()
+    # Everything but the backfill (a range asset) in one run, so every upstream schema is at hand.
+    selection = [key for key in graph.get_all_asset_keys() if key != dg.AssetKey("history")]
+    result = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        partition_key=AS_OF.isoformat(),
+        asset_selection=selection,
+        run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
+    )
+    assert result.success
+    metadata = {
+        event.asset_key.to_user_string(): event.event_specific_data.materialization.metadata
+        for event in result.get_asset_materialization_events()
+    }
+    columns = {
+        name: {column.name for column in meta["dagster/column_schema"].schema.columns}
+        for name, meta in metadata.items()
+        if "dagster/column_schema" in meta
+    }
+    derived = {name for name in columns if graph.get(dg.AssetKey(name)).parent_keys}
+    assert derived == LINEAGE_ASSETS, "an asset with a table and upstreams needs column lineage"
+
+    problems = []
+    for name in sorted(LINEAGE_ASSETS):
+        if "dagster/column_lineage" not in metadata[name]:
+            problems.append(f"{name}: no column lineage")
+            continue
+        parents = {key.to_user_string() for key in graph.get(dg.AssetKey(name)).parent_keys}
+        lineage = metadata[name]["dagster/column_lineage"].column_lineage
+        for column, deps in lineage.deps_by_column.items():
+            if column not in columns[name]:
+                problems.append(f"{name}.{column}: not a column of {name}")
+            if not deps:
+                problems.append(f"{name}.{column}: derives from nothing")
+            for dep in deps:
+                upstream = dep.asset_key.to_user_string()
+                if upstream not in parents:
+                    problems.append(f"{name}.{column}: names {upstream}, which {name} does not depend on")
+                elif dep.column_name not in columns.get(upstream, set()):
+                    problems.append(
+                        f"{name}.{column}: names {upstream}.{dep.column_name}, not a column there"
+                    )
+    assert not problems, "\n".join(problems)
+
+    change_set = metadata["change_set"]["dagster/column_lineage"].column_lineage
+    named = {dep.asset_key.to_user_string() for deps in change_set.deps_by_column.values() for dep in deps}
+    assert set(ANALYSIS_SOURCES) <= named, "every analysis's proposals flow into the change set"
