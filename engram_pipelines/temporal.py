@@ -33,12 +33,12 @@ Everything is review class `auto`; links are upserted or deleted, memories only 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import json
 
 import duckdb
 import pyarrow as pa
 
-from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
+from engram_pipelines.changes.compose import INTENT_SCHEMA
 from engram_pipelines.config import Config, TemporalConfig
 from engram_pipelines.timestamps import format_timestamp
 
@@ -77,8 +77,7 @@ def temporal_edges(
     result = pa.concat_tables([cycle, built]).sort_by(
         [("namespace", "ascending"), ("src_id", "ascending"), ("dst_id", "ascending")]
     )
-    origins = _origins(con)
-    return result, _intents(result, origins, cfg, at)
+    return result, _intents(con, result, cfg, at)
 
 
 def _literal(at: dt.datetime) -> str:
@@ -153,65 +152,55 @@ def _build_sql(cfg: TemporalConfig) -> str:
     """
 
 
-def _origins(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], str]:
-    rows = con.execute("SELECT src_id, dst_id, origin FROM l WHERE kind = 'temporal'").fetchall()
-    return {(src, dst): origin for src, dst, origin in rows}
-
-
 def _intents(
-    result: pa.Table, origins: dict[tuple[str, str], str], cfg: TemporalConfig, at: dt.datetime
+    con: duckdb.DuckDBPyConnection, result: pa.Table, cfg: TemporalConfig, at: dt.datetime
 ) -> pa.Table:
-    rows: list[dict[str, Any]] = []
-    marked: dict[str, str] = {}  # later memory -> namespace
-    for edge in result.to_pylist():
-        rows.append(_link_intent(edge, origins, cfg))
-        if edge["action"] == "build":
-            later = edge["dst_id"] if edge["direction"] == "forward" else edge["src_id"]
-            marked[later] = edge["namespace"]
-    when = format_timestamp(at)
-    for memory_id, namespace in sorted(marked.items()):
-        rows.append(
-            {
-                "namespace": namespace,
-                "target_id": memory_id,
-                "op": "set_metadata",
-                "params": {"values": {MARKER: {"builtAt": when, "neighbors": cfg.neighbor_k}}},
-                "reason": f"temporal edges to its previous {cfg.neighbor_k} memories built",
-                "evidence": {"rule": "temporal_build", "neighbors": cfg.neighbor_k},
-                "source": SOURCE,
-                "review_class": "auto",
-            }
+    """The edges as link intents, and the marker on each newly wired memory; built in SQL (hundreds of
+    thousands of edges on a first night). JSON keys are written sorted, as every intent's are."""
+    con.register("result", result)
+    marker = _compact({"values": {MARKER: {"builtAt": format_timestamp(at), "neighbors": cfg.neighbor_k}}})
+    boost_reason = f"traversed since it was last written: decayed, then x {cfg.traversal_boost}"
+    return (
+        con.sql(
+            f"""
+        WITH origins AS (SELECT src_id, dst_id, origin FROM l WHERE kind = 'temporal'),
+        edges AS (
+            SELECT r.*, CASE WHEN r.action = 'boost' THEN coalesce(o.origin, '{SOURCE}') ELSE '{SOURCE}' END AS origin
+            FROM result r LEFT JOIN origins o USING (src_id, dst_id)
         )
-    return intents_table(rows) if rows else INTENT_SCHEMA.empty_table()
+        SELECT namespace, 'link' AS target_kind, src_id || '|' || dst_id || '|temporal' AS target_id,
+            CASE WHEN action = 'prune' THEN 'delete_link' ELSE 'upsert_link' END AS op,
+            CASE WHEN action = 'prune' THEN json_object('dst_id', dst_id, 'kind', 'temporal', 'src_id', src_id)
+                 ELSE json_object('dst_id', dst_id, 'kind', 'temporal', 'origin', origin, 'src_id', src_id,
+                                  'weight', weight_after) END::VARCHAR AS params,
+            CASE action
+                WHEN 'prune' THEN 'weight ' || printf('%.4f', weight_before) || {_quoted(f" decayed (x {cfg.decay_rate} a night) below {cfg.prune_threshold}")}
+                WHEN 'build' THEN direction || ' neighbour at distance ' || distance || ' in conversation ' || conversation_id
+                ELSE {_quoted(boost_reason)} END AS reason,
+            CASE WHEN action = 'build'
+                 THEN json_object('direction', direction, 'distance', distance, 'rule', 'temporal_build',
+                                  'weight_after', weight_after, 'weight_before', weight_before)
+                 ELSE json_object('rule', 'temporal_' || action, 'weight_after', weight_after,
+                                  'weight_before', weight_before) END::VARCHAR AS evidence,
+            '{SOURCE}' AS source, 'auto' AS review_class, NULL AS cluster_id
+        FROM edges
+        UNION ALL
+        SELECT DISTINCT namespace, 'memory', CASE WHEN direction = 'forward' THEN dst_id ELSE src_id END,
+            'set_metadata', {_quoted(marker)},
+            {_quoted(f"temporal edges to its previous {cfg.neighbor_k} memories built")},
+            {_quoted(_compact({"neighbors": cfg.neighbor_k, "rule": "temporal_build"}))},
+            '{SOURCE}', 'auto', NULL
+        FROM edges WHERE action = 'build'
+        """
+        )
+        .to_arrow_table()
+        .cast(INTENT_SCHEMA)
+    )
 
 
-def _link_intent(
-    edge: dict[str, Any], origins: dict[tuple[str, str], str], cfg: TemporalConfig
-) -> dict[str, Any]:
-    key = f"{edge['src_id']}|{edge['dst_id']}|temporal"
-    base = {
-        "namespace": edge["namespace"],
-        "target_kind": "link",
-        "target_id": key,
-        "source": SOURCE,
-        "review_class": "auto",
-    }
-    evidence = {
-        "rule": f"temporal_{edge['action']}",
-        "weight_before": edge["weight_before"],
-        "weight_after": edge["weight_after"],
-    }
-    link = {"src_id": edge["src_id"], "dst_id": edge["dst_id"], "kind": "temporal"}
-    match edge["action"]:
-        case "prune":
-            reason = f"weight {edge['weight_before']:.4f} decayed (x {cfg.decay_rate} a night) below {cfg.prune_threshold}"
-            return {**base, "op": "delete_link", "params": link, "reason": reason, "evidence": evidence}
-        case "build":
-            reason = f"{edge['direction']} neighbour at distance {edge['distance']} in conversation {edge['conversation_id']}"
-            evidence = {**evidence, "direction": edge["direction"], "distance": edge["distance"]}
-            origin = SOURCE
-        case _:  # boost
-            reason = f"traversed since it was last written: decayed, then x {cfg.traversal_boost}"
-            origin = origins.get((edge["src_id"], edge["dst_id"]), SOURCE)
-    params = {**link, "weight": edge["weight_after"], "origin": origin}
-    return {**base, "op": "upsert_link", "params": params, "reason": reason, "evidence": evidence}
+def _compact(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

@@ -13,6 +13,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -123,8 +124,15 @@ def compose(
     intents: pa.Table, memories: pa.Table, *, as_of: dt.date, at: dt.datetime, job: str
 ) -> dict[str, pa.Table]:
     """review class -> change table (possibly empty), change_set_id filled in."""
+    con = duckdb.connect()
+    con.register("intents", intents)
+    # A link with one intent is most of a nightly's changes (temporal edges): composed in SQL, in bulk.
+    lone_links = con.sql(_LONE_LINKS_SQL).to_arrow_table()
+    rest = con.sql(
+        "SELECT i.* FROM intents i ANTI JOIN lone_links l USING (review_class, target_kind, target_id)"
+    ).to_arrow_table()
     grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in intents.to_pylist():
+    for row in rest.to_pylist():
         grouped[(row["review_class"], row["target_kind"], row["target_id"])].append(row)
     memory_ids = sorted({target for (_, kind, target) in grouped if kind == "memory"})
     rows = snapshot_rows(memories, memory_ids)
@@ -133,7 +141,42 @@ def compose(
         change = _compose_one(kind, target, members, rows.get(target), at)
         if change is not None:
             out[klass].append({**change, "review_class": klass})
-    return {klass: _finish(changes, as_of=as_of, job=job, klass=klass) for klass, changes in out.items()}
+    return {
+        klass: _finish(
+            pa.concat_tables(
+                [
+                    pa.Table.from_pylist(changes, schema=_UNADDRESSED),
+                    lone_links.filter(pc.equal(lone_links["review_class"], klass)).cast(_UNADDRESSED),
+                ]
+            ),
+            as_of=as_of,
+            job=job,
+            klass=klass,
+        )
+        for klass, changes in out.items()
+    }
+
+
+# The same documents _compose_one writes for a link with one intent, spelled in SQL (json text is built from
+# the intent's already-serialised params and evidence, so nothing is parsed).
+_LONE_LINKS_SQL = """
+WITH lone AS (
+    SELECT * FROM intents WHERE target_kind = 'link'
+    QUALIFY count(*) OVER (PARTITION BY review_class, target_kind, target_id) = 1
+)
+SELECT namespace, target_kind, target_id,
+    CASE WHEN op = 'delete_link' THEN 'link_delete' ELSE 'link_upsert' END AS op,
+    [op] AS ops,
+    '[{"op":' || to_json(op) || ',"params":' || params || ',"reason":' || to_json(reason)
+        || ',"source":' || to_json(source) || '}]' AS intents,
+    '[]' AS dropped,
+    NULL::BIGINT AS expected_version, NULL::BIGINT AS guard_access_count,
+    NULL::TIMESTAMPTZ AS guard_last_accessed_at, NULL::BOOLEAN AS guard_pinned, NULL::VARCHAR AS guard_content_sha,
+    json_merge_patch(params, json_object('namespace', namespace))::VARCHAR AS patch,
+    reason, '[' || evidence || ']' AS evidence, source, review_class, cluster_id,
+    op = 'delete_link' AS destructive
+FROM lone
+"""
 
 
 def _compose_one(
@@ -215,20 +258,24 @@ def _intents_json(intents: list[Intent]) -> str:
     return _dumps([{"op": i.op, "params": i.params, "source": i.source, "reason": i.reason} for i in intents])
 
 
-def _change_id(change: dict[str, Any]) -> str:
-    keyed = {k: change[k] for k in sorted(change) if k not in ("change_id", "change_set_id")}
-    return hashlib.sha256(_dumps(keyed).encode()).hexdigest()[:24]
+_UNADDRESSED = pa.schema([f for f in CHANGE_SCHEMA if f.name not in ("change_id", "change_set_id")])
 
 
-def _finish(changes: list[dict[str, Any]], *, as_of: dt.date, job: str, klass: str) -> pa.Table:
-    for change in changes:
-        change["change_id"] = _change_id(change)
-    changes.sort(key=lambda c: (c["namespace"], c["target_kind"], c["target_id"]))
-    digest = hashlib.sha256("".join(c["change_id"] for c in changes).encode()).hexdigest()[:10]
+def _finish(changes: pa.Table, *, as_of: dt.date, job: str, klass: str) -> pa.Table:
+    """Content addresses: each change's id hashes all its columns; the set's id hashes its sorted change ids."""
+    con = duckdb.connect()
+    con.register("changes", changes)
+    columns = ", ".join(f.name for f in _UNADDRESSED)
+    addressed = con.sql(
+        f"SELECT sha256(to_json(struct_pack({columns})))[:24] AS change_id, {columns} FROM changes "
+        "ORDER BY namespace, target_kind, target_id"
+    ).to_arrow_table()
+    digest = hashlib.sha256("".join(addressed["change_id"].to_pylist()).encode()).hexdigest()[:10]
     change_set_id = f"{as_of.isoformat()}-{job}-{klass}-{digest}"
-    for change in changes:
-        change["change_set_id"] = change_set_id
-    return pa.Table.from_pylist(changes, schema=CHANGE_SCHEMA).replace_schema_metadata(
+    table = addressed.add_column(
+        1, "change_set_id", pa.array([change_set_id] * addressed.num_rows, pa.string())
+    )
+    return table.cast(CHANGE_SCHEMA).replace_schema_metadata(
         {"change_set_id": change_set_id, "review_class": klass, "job": job, "as_of": as_of.isoformat()}
     )
 
