@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 
@@ -139,6 +140,22 @@ def _eligibility(memories: pa.Table, excluded_ids: set[str]) -> pa.Table:
     return table
 
 
+@dataclass
+class _Graph:
+    """The band's pairs in priority ranks (0 = the best canonical), built once for all passes."""
+
+    ids: list[str]  # by row
+    namespaces: list[str]
+    tags: list[str]  # JSON arrays; a canonical's entry becomes its tag union after each pass
+    row_of_rank: np.ndarray
+    can_cluster: np.ndarray  # by rank; rows that lost in a pass drop out
+    can_lose: np.ndarray  # by rank
+    src: np.ndarray  # both directions, sorted by (src, dst) rank
+    dst: np.ndarray
+    sim: np.ndarray
+    starts: np.ndarray  # src rank r's neighbours are dst[starts[r]:starts[r + 1]]
+
+
 def star_clusters(
     pairs: pa.Table, memories: pa.Table, *, prefix: str, excluded_ids: set[str] = frozenset()
 ) -> list[Cluster]:
@@ -151,66 +168,61 @@ def star_clusters(
     """
     if pairs.num_rows == 0:
         return []
-    rows = _eligibility(memories, set(excluded_ids))
-    tags = dict(zip(rows["id"].to_pylist(), rows["tags"].to_pylist(), strict=True))
+    graph = _graph(pairs, _eligibility(memories, set(excluded_ids)))
     out: list[Cluster] = []
-    gone: set[str] = set()
     while True:
-        found = _one_pass(pairs, rows, prefix, gone, tags)
+        found = _one_pass(graph, prefix)
         if not found:
             return out
-        for cluster in found:
-            gone.update(loser for loser, _ in cluster.losers)
-            tags[cluster.canonical] = json.dumps(cluster.tag_union)
-        out.extend(found)
+        out.extend(cluster for cluster, _ in found)
+        for cluster, canonical_row in found:
+            graph.tags[canonical_row] = json.dumps(cluster.tag_union)
 
 
-def _one_pass(
-    pairs: pa.Table, rows: pa.Table, prefix: str, gone: set[str], tags_by_id: dict[str, str]
-) -> list[Cluster]:
-    if gone:
-        out_mask = np.isin(rows["id"].to_numpy(zero_copy_only=False), np.array(sorted(gone), dtype=object))
-        rows = rows.set_column(
-            rows.schema.get_field_index("can_cluster"),
-            "can_cluster",
-            pa.array(rows["can_cluster"].to_numpy(zero_copy_only=False) & ~out_mask),
-        )
-    index = {memory_id: i for i, memory_id in enumerate(rows["id"].to_pylist())}
+def _graph(pairs: pa.Table, rows: pa.Table) -> _Graph:
     priority = rows["priority"].to_numpy(zero_copy_only=False)
-    can_cluster = rows["can_cluster"].to_numpy(zero_copy_only=False)
-    can_lose = rows["can_lose"].to_numpy(zero_copy_only=False)
-    left = np.array([index[i] for i in pairs["left_id"].to_pylist()], dtype=np.int64)
-    right = np.array([index[i] for i in pairs["right_id"].to_pylist()], dtype=np.int64)
+    row_of_rank = np.argsort(priority)
+    left = pc.index_in(pairs["left_id"], value_set=rows["id"]).to_numpy(zero_copy_only=False)
+    right = pc.index_in(pairs["right_id"], value_set=rows["id"]).to_numpy(zero_copy_only=False)
     score = pairs["score"].to_numpy(zero_copy_only=False)
+    can_cluster = rows["can_cluster"].to_numpy(zero_copy_only=False)
     keep = can_cluster[left] & can_cluster[right]
     left, right, score = left[keep], right[keep], score[keep]
-    # Work in priority ranks (0 = the best canonical): visiting ranks in order visits canonicals best-first,
-    # and each rank's neighbours, sorted by rank, come best-first too. Deterministic for the same input.
-    row_of_rank = np.argsort(priority)
     src = np.concatenate([priority[left], priority[right]])
     dst = np.concatenate([priority[right], priority[left]])
     sim = np.concatenate([score, score])
     order = np.lexsort((dst, src))
-    src, dst, sim = src[order], dst[order], sim[order]
-    starts = np.searchsorted(src, np.arange(len(priority) + 1))
-    assigned = np.zeros(len(priority), dtype=bool)  # by rank
-    lose_ok = can_lose[row_of_rank]
-    ids = rows["id"].to_pylist()
-    namespaces = rows["namespace"].to_pylist()
-    tags = [tags_by_id[i] for i in ids]
-    clusters: list[Cluster] = []
+    return _Graph(
+        ids=rows["id"].to_pylist(),
+        namespaces=rows["namespace"].to_pylist(),
+        tags=rows["tags"].to_pylist(),
+        row_of_rank=row_of_rank,
+        can_cluster=can_cluster[row_of_rank].copy(),
+        can_lose=rows["can_lose"].to_numpy(zero_copy_only=False)[row_of_rank],
+        src=src[order],
+        dst=dst[order],
+        sim=sim[order],
+        starts=np.searchsorted(src[order], np.arange(len(priority) + 1)),
+    )
+
+
+def _one_pass(g: _Graph, prefix: str) -> list[tuple[Cluster, int]]:
+    """One greedy pass, canonicals best-first; marks its losers out of later passes. (cluster, canonical row)."""
+    assigned = ~g.can_cluster  # by rank; rows out of play count as taken
+    clusters: list[tuple[Cluster, int]] = []
 
     def adjacent(rank: int) -> set[int]:
-        return set(dst[starts[rank] : starts[rank + 1]].tolist())
+        return set(g.dst[g.starts[rank] : g.starts[rank + 1]].tolist())
 
-    for rank in np.unique(src):
+    live = g.src[g.can_cluster[g.src] & g.can_cluster[g.dst]]
+    for rank in np.unique(live):
         if assigned[rank]:
             continue
-        neighbours = dst[starts[rank] : starts[rank + 1]]
-        scores = sim[starts[rank] : starts[rank + 1]]
+        neighbours = g.dst[g.starts[rank] : g.starts[rank + 1]]
+        scores = g.sim[g.starts[rank] : g.starts[rank + 1]]
         taken: list[int] = []
         # Only worse-ranked rows may lose to this one: the canonical is always the cluster's best member.
-        for position in np.flatnonzero(~assigned[neighbours] & lose_ok[neighbours] & (neighbours > rank)):
+        for position in np.flatnonzero(~assigned[neighbours] & g.can_lose[neighbours] & (neighbours > rank)):
             candidate = int(neighbours[position])
             # Complete linkage: a loser joins only if it is in the band to every loser already taken.
             if all(candidate in adjacent(other) for other in (int(neighbours[t]) for t in taken)):
@@ -220,11 +232,12 @@ def _one_pass(
         members = neighbours[taken]
         assigned[rank] = True
         assigned[members] = True
-        clusters.append(
-            _cluster(
-                prefix, ids, namespaces, tags, int(row_of_rank[rank]), row_of_rank[members], scores[taken]
-            )
+        g.can_cluster[members] = False
+        canonical_row = int(g.row_of_rank[rank])
+        cluster = _cluster(
+            prefix, g.ids, g.namespaces, g.tags, canonical_row, g.row_of_rank[members], scores[taken]
         )
+        clusters.append((cluster, canonical_row))
     return clusters
 
 
