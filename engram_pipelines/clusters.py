@@ -132,9 +132,8 @@ def _eligibility(memories: pa.Table, excluded_ids: set[str]) -> pa.Table:
         """
     ).to_arrow_table()
     if excluded_ids:
-        mask = np.isin(
-            table["id"].to_numpy(zero_copy_only=False), np.array(sorted(excluded_ids), dtype=object)
-        )
+        excluded = pa.array(sorted(excluded_ids), pa.string())
+        mask = pc.is_in(table["id"], value_set=excluded).to_numpy(zero_copy_only=False)
         can = table["can_cluster"].to_numpy(zero_copy_only=False) & ~mask
         table = table.set_column(table.schema.get_field_index("can_cluster"), "can_cluster", pa.array(can))
     return table
