@@ -20,6 +20,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.config import Config
@@ -121,9 +122,13 @@ def _count_sources(values: list[str]) -> dict[str, int]:
 def _intents(table: pa.Table, memories: pa.Table, config: Config) -> pa.Table:
     if table.num_rows == 0:
         return INTENT_SCHEMA.empty_table()
+    involved = pc.is_in(
+        memories["id"],
+        value_set=pa.concat_arrays([table["older_id"].combine_chunks(), table["newer_id"].combine_chunks()]),
+    )
     state = {
         r["id"]: (json.loads(r["metadata"]).get("contradictionWith", []), r["superseded_by"], r["pinned"])
-        for r in memories.select(["id", "metadata", "superseded_by", "pinned"]).to_pylist()
+        for r in memories.select(["id", "metadata", "superseded_by", "pinned"]).filter(involved).to_pylist()
     }
     supersede = config.contradiction.policy == "supersede"
     rows: list[dict[str, Any]] = []
