@@ -55,7 +55,9 @@ def contradictions(
         as_of,
         columns=["id", "namespace", "content", "created_at", "metadata", "superseded_by", "pinned"],
     )
-    result = find_contradictions(memories, wh.read_table("similarity_pairs", as_of), config)
+    result = find_contradictions(
+        memories, wh.read_table("similarity_pairs", as_of), config, cache_root=wh.root
+    )
     wh.write_table("contradictions", as_of, result.table)
     wh.write_proposals("contradictions", as_of, result.intents)
     context.log.info(f"contradictions: {result.by_rule} found by source {result.found_by_source}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -26,6 +27,7 @@ from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.config import Config
 from engram_pipelines.contradictions import (
     RuleBook,
+    cached_memory_features,
     detect,
     explicit_candidates,
     load_rules,
@@ -90,10 +92,19 @@ def _candidates(
     ).to_arrow_table()
 
 
-def find_contradictions(memories: pa.Table, pairs: pa.Table, config: Config) -> ContradictionResult:
-    """Confirmed contradictions of the partition and the intents the configured policy proposes."""
+def find_contradictions(
+    memories: pa.Table, pairs: pa.Table, config: Config, *, cache_root: Path | None = None
+) -> ContradictionResult:
+    """Confirmed contradictions of the partition and the intents the configured policy proposes.
+
+    With `cache_root` (the warehouse), parsed features are reused across nights by content hash."""
     rules = load_rules(config.contradiction.rules_path)
-    features = memory_features(memories["id"].to_pylist(), memories["content"].to_pylist(), rules)
+    ids, contents = memories["id"].to_pylist(), memories["content"].to_pylist()
+    features = (
+        cached_memory_features(ids, contents, rules, cache_root)
+        if cache_root is not None
+        else memory_features(ids, contents, rules)
+    )
     candidates = _candidates(memories, pairs, features, rules, config)
     found = detect(candidates, features, rules) if candidates.num_rows else None
     table = (

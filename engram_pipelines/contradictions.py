@@ -43,6 +43,7 @@ cosine) and `explicit_candidates` (metadata links).
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import math
 import re
@@ -56,6 +57,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
+
+from engram_pipelines.changes.intents import content_sha
+from engram_pipelines.content_cache import ContentCache
 
 DEFAULT_RULES_PATH = Path(__file__).parent / "data" / "contradiction_rules.yaml"
 
@@ -222,6 +226,7 @@ class RuleBook:
     explicit_keys: tuple[str, ...] = ("contradicts",)
     contractions: Mapping[str, str] = field(repr=False, default_factory=dict)
     contraction_pattern: re.Pattern[str] | None = field(repr=False, default=None)
+    fingerprint: str = ""  # digest of the rules' contents: features parsed under other rules are not reused
 
     @property
     def polar_pair_count(self) -> int:
@@ -438,6 +443,7 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
         contraction_pattern=_optional_pattern([r"\b(?:" + _relation_alternation(contractions) + r")\b"])
         if contractions
         else None,
+        fingerprint=hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()[:16],
     )
 
 
@@ -774,6 +780,39 @@ def memory_features(ids: Sequence[str], contents: Sequence[str], rules: RuleBook
         for name, type_ in zip(FEATURES_SCHEMA.names, FEATURES_SCHEMA.types, strict=True)
     ]
     return pa.Table.from_arrays(columns, schema=FEATURES_SCHEMA)
+
+
+# Bump when the parsing above changes: features cached by an older parser must not be reused.
+FEATURES_VERSION = 1
+
+
+def cached_memory_features(
+    ids: Sequence[str], contents: Sequence[str], rules: RuleBook, cache_root: Path
+) -> pa.Table:
+    """`memory_features`, parsing each distinct content once across nights (cached by content hash under
+    <cache_root>/contradiction_features/, per parser version and rules): a quiet night parses only what is new."""
+    shas = [content_sha(c or "") for c in contents]
+    cache = ContentCache(cache_root / "contradiction_features" / f"v{FEATURES_VERSION}-{rules.fingerprint}")
+    unique = sorted(set(shas))
+    known = cache.lookup(unique)
+    have = set(known["sha"].to_pylist()) if known is not None else set()
+    missing = [sha for sha in unique if sha not in have]
+    if missing:
+        content_of = dict(zip(shas, contents, strict=True))
+        parsed = memory_features(missing, [content_of[sha] for sha in missing], rules)
+        parsed = parsed.rename_columns(["sha", *FEATURES_SCHEMA.names[1:]])
+        cache.add(parsed)
+        known = parsed if known is None else pa.concat_tables([known.cast(parsed.schema), parsed])
+    con = duckdb.connect()
+    con.register(
+        "wanted", pa.table({"id": pa.array(ids, pa.string()), "sha": shas, "position": range(len(ids))})
+    )
+    con.register("known", known if known is not None else pa.table({"sha": pa.array([], pa.string())}))
+    return (
+        con.sql("SELECT w.id, k.* EXCLUDE (sha) FROM wanted w JOIN known k USING (sha) ORDER BY w.position")
+        .to_arrow_table()
+        .cast(FEATURES_SCHEMA)
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ or compared. engram-pipelines never writes vectors into the live store: that col
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from engram_pipelines.content_cache import ContentCache
 from engram_pipelines.embeddings import Embedder, embed_in_batches
 from engram_pipelines.progress import Progress
 
@@ -54,43 +53,22 @@ class VectorStats:
 
 
 class EmbeddingCache:
-    """Vectors by content hash for one model, as Parquet files under <warehouse>/embedding_cache/<model>/."""
+    """Vectors by content hash for one model, under <warehouse>/embedding_cache/<model>/."""
 
     def __init__(self, root: Path, model: str, dim: int) -> None:
-        self.directory = root / "embedding_cache" / re.sub(r"[^A-Za-z0-9_.-]", "_", model)
+        self.cache = ContentCache(root / "embedding_cache" / re.sub(r"[^A-Za-z0-9_.-]", "_", model))
         self.dim = dim
 
     def lookup(self, shas: list[str]) -> dict[str, np.ndarray]:
-        files = sorted(self.directory.glob("*.parquet"))
-        if not shas or not files:
-            return {}
-        con = duckdb.connect()
-        con.register("wanted", pa.table({"sha": pa.array(shas, pa.string())}))
-        found = con.sql(
-            f"SELECT c.sha, any_value(c.vector) AS vector FROM read_parquet({[str(f) for f in files]}) c "
-            "SEMI JOIN wanted w ON w.sha = c.sha GROUP BY c.sha"
-        ).to_arrow_table()
-        if found.num_rows == 0:
+        found = self.cache.lookup(shas)
+        if found is None:
             return {}
         flat = found["vector"].combine_chunks().values.to_numpy(zero_copy_only=False).reshape(-1, self.dim)
         return dict(zip(found["sha"].to_pylist(), flat, strict=True))
 
     def add(self, shas: list[str], vectors: np.ndarray) -> None:
-        if not shas:
-            return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256("".join(sorted(shas)).encode()).hexdigest()[:16]
-        table = pa.table(
-            {
-                "sha": pa.array(shas, pa.string()),
-                "vector": pa.FixedSizeListArray.from_arrays(
-                    pa.array(vectors.astype(np.float32).reshape(-1)), self.dim
-                ),
-            }
-        )
-        path = self.directory / f"part-{digest}.parquet"
-        pq.write_table(table, path.with_suffix(".tmp"), compression="zstd")
-        path.with_suffix(".tmp").rename(path)
+        vector = pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(np.float32).reshape(-1)), self.dim)
+        self.cache.add(pa.table({"sha": pa.array(shas, pa.string()), "vector": vector}))
 
 
 def content_shas(contents: list[str]) -> list[str]:

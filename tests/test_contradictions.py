@@ -580,3 +580,21 @@ def test_rule_files_with_bare_yaml_booleans_or_missing_keys_are_refused(tmp_path
     missing.write_text(text.replace("pronouns:", "pronounz:"))
     with pytest.raises(ValueError, match="missing key 'pronouns'"):
         load_rules(missing)
+
+
+def test_cached_features_equal_parsed_ones_and_a_second_night_parses_nothing(tmp_path: Path, monkeypatch):
+    from engram_pipelines import contradictions
+
+    rules = load_rules()
+    contents = ["Alice lives in Berlin", "The deploy is at 9am", "Alice lives in Berlin", "Bob does not like tea"]
+    ids = ["m1", "m2", "m3", "m4"]
+    parsed = memory_features(ids, contents, rules)
+    first = contradictions.cached_memory_features(ids, contents, rules, tmp_path)
+    assert first.equals(parsed)
+
+    def no_parsing(*_args: object) -> None:
+        raise AssertionError("parsed again although every content is cached")
+
+    monkeypatch.setattr(contradictions, "memory_features", no_parsing)
+    second = contradictions.cached_memory_features(["m4", "m1"], [contents[3], contents[0]], rules, tmp_path)
+    assert second.to_pylist() == [parsed.to_pylist()[3], parsed.to_pylist()[0]]
