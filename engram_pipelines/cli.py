@@ -61,11 +61,18 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML config file.")(
+    fn = click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        help="YAML config file (default ENGRAM_CONFIG, else ./engram.yaml when present).",
+    )(fn)
+    fn = click.option("--warehouse", help="Warehouse root (default ENGRAM_WAREHOUSE, else data/warehouse).")(
         fn
     )
-    fn = click.option("--warehouse", help="Warehouse root (default data/warehouse, or ENGRAM_WAREHOUSE).")(fn)
-    fn = click.option("--store", "store_arg", help="Store URL (default sqlite:///data/engram.db).")(fn)
+    fn = click.option(
+        "--store", "store_arg", help="Store URL (default ENGRAM_STORE_URL, else sqlite:///data/engram.db)."
+    )(fn)
     return fn
 
 
@@ -87,13 +94,13 @@ def emit(data: Any, as_json: bool) -> None:
         click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
-def parse_date(value: str | None) -> dt.date:
+def parse_date(value: str | None, option: str = "--as-of") -> dt.date:
     if value is None:
         return dt.datetime.now(dt.UTC).date()
     try:
         return dt.date.fromisoformat(value)
     except ValueError:
-        raise UserError(f"--as-of {value!r} is not a date (use YYYY-MM-DD)") from None
+        raise UserError(f"{option} {value!r} is not a date (use YYYY-MM-DD)") from None
 
 
 @click.group(
@@ -136,7 +143,11 @@ def init(store_arg: str | None, warehouse: str | None, config_path: str | None, 
 @main.command(name="import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--namespace", help="Namespace for lines that name none.")
-@click.option("--rejects", type=click.Path(dir_okay=False, path_type=Path), help="Where bad lines go.")
+@click.option(
+    "--rejects",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where bad lines go (default FILE with the suffix .rejects.jsonl).",
+)
 @common_options
 @json_option
 @friendly_errors
@@ -190,7 +201,7 @@ def import_(
 def export(
     out: Path | None, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
 ) -> None:
-    """Export every memory as JSON Lines in the import format (the store round-trips)."""
+    """Export every memory as JSON Lines in the import format (zone, stale, superseded_by and score are not in it)."""
     from engram_pipelines.exporting import export_jsonl
 
     config = load_config(config_path)
@@ -419,7 +430,7 @@ def preview_decay_cmd(
     from engram_pipelines.warehouse import Warehouse
 
     config = load_config(config_path)
-    day, target = parse_date(as_of), parse_date(at)
+    day, target = parse_date(as_of), parse_date(at, "--at")
     wh = Warehouse(warehouse_path(warehouse))
     if not wh.has_table("memories", day):
         with opened(store_arg) as store:

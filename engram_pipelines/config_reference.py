@@ -17,7 +17,8 @@ HEADER = """# Configuration reference
 
 Generated from `engram_pipelines/config.py` by `python -m engram_pipelines.config_reference`; a test keeps it
 current. Settings come from the defaults below, then the YAML file (`--config`, else `ENGRAM_CONFIG`, else
-`./engram.yaml`), then the environment variables named here (the seeds' names). Thresholds are validated at
+`./engram.yaml`), then the environment variables named here (the names the
+[seeds](concepts.md#where-the-rules-come-from-the-seeds) used). Thresholds are validated at
 start: an invalid value stops the command with a message naming the setting. `namespaces:` overrides the
 `decay`, `promotion` and `retention` sections per namespace (an exact name or a glob such as `agent:*`;
 exact names win).
@@ -70,7 +71,7 @@ def _rows(prefix: str, model: type[BaseModel], value: BaseModel, env: dict[str, 
             rows.append(f"| **{path}** | section | | | {(type(current).__doc__ or '').strip()} |")
             rows += _rows(path, type(current), current, env)
             continue
-        description = (field.description or "").replace("|", "\\|")
+        description = " ".join((field.description or "").split()).replace("|", "\\|")  # one table row
         rows.append(
             f"| `{path}` | {_type(field.annotation)} | `{_default(current)}` | {env.get(path, '')} | {description} |"
         )
