@@ -586,7 +586,12 @@ def test_cached_features_equal_parsed_ones_and_a_second_night_parses_nothing(tmp
     from engram_pipelines import contradictions
 
     rules = load_rules()
-    contents = ["Alice lives in Berlin", "The deploy is at 9am", "Alice lives in Berlin", "Bob does not like tea"]
+    contents = [
+        "Alice lives in Berlin",
+        "The deploy is at 9am",
+        "Alice lives in Berlin",
+        "Bob does not like tea",
+    ]
     ids = ["m1", "m2", "m3", "m4"]
     parsed = memory_features(ids, contents, rules)
     first = contradictions.cached_memory_features(ids, contents, rules, tmp_path)
