@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import dagster as dg
 
 from engram_pipelines.config import Config
@@ -38,22 +40,47 @@ backfill_job = dg.define_asset_job(
 )
 
 
+def _day_that_just_ended(
+    job: dg.UnresolvedAssetJobDefinition, name: str, hour: int, minute: int, status, description: str
+) -> dg.ScheduleDefinition:
+    """Runs `job` daily at hour:minute UTC for the partition of the UTC day before the tick.
+
+    Not `build_schedule_from_partitioned_job`: with `end_offset=1` (today is a valid partition, so `run` can
+    default to it) that picks today's partition, and a 03:00 run would process a day three hours old."""
+
+    @dg.schedule(
+        name=name,
+        job=job,
+        cron_schedule=f"{minute} {hour} * * *",
+        execution_timezone="UTC",
+        default_status=status,
+        description=description,
+    )
+    def _schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+        day = (context.scheduled_execution_time.astimezone(dt.UTC) - dt.timedelta(days=1)).date()
+        return dg.RunRequest(run_key=day.isoformat(), partition_key=day.isoformat())
+
+    return _schedule
+
+
 def schedules(config: Config) -> list[dg.ScheduleDefinition]:
     on, off = dg.DefaultScheduleStatus.RUNNING, dg.DefaultScheduleStatus.STOPPED
     return [
-        dg.build_schedule_from_partitioned_job(
+        _day_that_just_ended(
             nightly_job,
-            name="nightly_schedule",
-            hour_of_day=config.schedules.nightly_hour,
-            minute_of_hour=config.schedules.nightly_minute,
-            default_status=on if config.schedules.nightly_enabled else off,
-            description="Runs `nightly` for the day that just ended (schedules.nightly_hour, 03:00 UTC by default).",
+            "nightly_schedule",
+            config.schedules.nightly_hour,
+            config.schedules.nightly_minute,
+            on if config.schedules.nightly_enabled else off,
+            "Runs `nightly` for the UTC day that just ended (schedules.nightly_hour, 03:00 UTC by default).",
         ),
-        dg.build_schedule_from_partitioned_job(
+        _day_that_just_ended(
             consolidate_job,
-            name="consolidate_schedule",
-            hour_of_day=config.schedules.consolidate_hour,
-            default_status=on if config.schedules.consolidate_enabled else off,
-            description="Proposes the gated change set daily at schedules.consolidate_hour; off unless schedules.consolidate_enabled.",
+            "consolidate_schedule",
+            config.schedules.consolidate_hour,
+            0,
+            on if config.schedules.consolidate_enabled else off,
+            "Proposes the gated change set daily at schedules.consolidate_hour for the day that just ended; off "
+            "unless schedules.consolidate_enabled.",
         ),
     ]

@@ -203,3 +203,21 @@ def test_column_lineage_names_only_columns_the_upstream_assets_have(tmp_path: Pa
     change_set = metadata["change_set"]["dagster/column_lineage"].column_lineage
     named = {dep.asset_key.to_user_string() for deps in change_set.deps_by_column.values() for dep in deps}
     assert set(ANALYSIS_SOURCES) <= named, "every analysis's proposals flow into the change set"
+
+
+def test_the_nightly_schedule_runs_the_utc_day_that_just_ended():
+    import datetime as dt
+
+    import dagster as dg
+
+    from assets.definitions import build_definitions
+
+    defs = build_definitions(store="sqlite:///:memory:", warehouse="/tmp/unused")
+    for name in ("nightly_schedule", "consolidate_schedule"):
+        schedule = defs.resolve_schedule_def(name)
+        tick = dt.datetime(2026, 11, 30, 3, 0, tzinfo=dt.UTC)
+        with dg.build_schedule_context(
+            scheduled_execution_time=tick, repository_def=defs.get_repository_def()
+        ) as context:
+            (request,) = schedule.evaluate_tick(context).run_requests
+        assert request.partition_key == "2026-11-29", name
