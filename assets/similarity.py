@@ -5,6 +5,7 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from assets.metadata import Lineage, column_lineage, sample_markdown, standard, value_counts
 from assets.partitions import as_of_date, as_of_partitions
@@ -188,7 +189,7 @@ def sharded_assets(shards: int) -> list[dg.AssetsDefinition]:
 
 @dg.asset(
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", "similarity_pairs", "contradictions"],
+    deps=["memory_snapshot", "similarity_pairs", "contradictions", "retention"],
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
@@ -197,7 +198,8 @@ def sharded_assets(shards: int) -> list[dg.AssetsDefinition]:
         "similarity.duplicate_threshold (0.97, MEMORY_DUPLICATE_THRESHOLD) and exact-content twins collapse "
         "into their canonical (highest importance, then most recent, then lowest id), which gets the tag union "
         "and a duplicateMatches annotation; the rest are superseded with a duplicate-of link. Class auto. "
-        "Pairs whose numbers differ, of different kinds, or in a contradiction are never collapsed."
+        "Pairs whose numbers differ, of different kinds, or in a contradiction are never collapsed; semantic "
+        "nodes and rows this run's retention moves out of Active take no part."
     ),
 )
 def duplicates(
@@ -213,13 +215,14 @@ def duplicates(
         threshold=config.similarity.duplicate_threshold,
         at=end_of_day(as_of),
         excluded_pairs=_contradiction_pairs(wh, as_of),
+        excluded_ids=_leaving_active(wh, as_of),
     )
     return _merge_result(wh, "duplicates", as_of, result, "Duplicate clusters")
 
 
 @dg.asset(
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", "similarity_pairs", duplicates, "contradictions"],
+    deps=["memory_snapshot", "similarity_pairs", duplicates, "contradictions", "retention"],
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
@@ -229,7 +232,9 @@ def duplicates(
         "canonical and to every other loser (no single-link chains); canonical by importance, recency, id; tag "
         "union onto it; losers superseded with a reason, the score and a duplicate-of link. Excluded: superseded "
         "rows, rows in a contradiction, pinned rows and blocks as losers, different kinds, rows without a vector, "
-        "pairs whose numbers differ, rows the duplicate collapse already took. Class gated: nothing merges "
+        "pairs whose numbers differ, rows the duplicate collapse already took, semantic nodes (they dedupe "
+        "themselves), rows this run's retention moves out of Active (no row is hidden behind an archived one). "
+        "Class gated: nothing merges "
         "before `engram-pipelines approve` and `apply`; `changes show ID --html` is the review page."
     ),
 )
@@ -240,7 +245,9 @@ def consolidation(
     as_of = as_of_date(context)
     wh = warehouse.get()
     memories = wh.read_table("memories", as_of, columns=_MERGE_COLUMNS)
-    collapsed = frozenset(wh.read_table("duplicates", as_of)["loser"].to_pylist())
+    collapsed = frozenset(wh.read_table("duplicates", as_of)["loser"].to_pylist()) | _leaving_active(
+        wh, as_of
+    )
     result = consolidate(
         wh.read_table("similarity_pairs", as_of),
         memories,
@@ -293,3 +300,11 @@ def _merge_result(wh, name: str, as_of, result, title: str, **extra) -> dg.Mater
 def _contradiction_pairs(wh, as_of) -> pa.Table:
     """Pairs the contradiction analysis found this run (a changed value is not a duplicate)."""
     return wh.read_table("contradictions", as_of, columns=["left_id", "right_id"])
+
+
+def _leaving_active(wh: Warehouse, as_of: dt.date) -> frozenset[str]:
+    """Rows this run's retention moves out of Active: merging into (or out of) them would hide a visible row
+    behind an archived canonical once both change sets land, so they take no part in a merge."""
+    moves = wh.read_table("retention", as_of, columns=["id", "from_zone", "to_zone"])
+    leaving = pc.and_(pc.equal(moves["from_zone"], "active"), pc.not_equal(moves["to_zone"], "active"))
+    return frozenset(moves.filter(leaving)["id"].to_pylist())

@@ -125,7 +125,9 @@ def _eligibility(memories: pa.Table, excluded_ids: set[str]) -> pa.Table:
         """
         SELECT id, namespace, tags,
             row_number() OVER (ORDER BY importance DESC, created_at DESC, id) - 1 AS priority,
-            (zone = 'active' AND superseded_by IS NULL
+            -- Semantic nodes dedupe themselves (a cluster reinforces the nearest node instead of creating one)
+            -- and carry their sources' state; a merge would orphan it.
+            (zone = 'active' AND superseded_by IS NULL AND kind <> 'semantic'
              AND json_extract(metadata, '$.contradictionWith') IS NULL) AS can_cluster,
             (NOT pinned AND kind <> 'block') AS can_lose
         FROM m

@@ -221,3 +221,32 @@ def test_the_nightly_schedule_runs_the_utc_day_that_just_ended():
         ) as context:
             (request,) = schedule.evaluate_tick(context).run_requests
         assert request.partition_key == "2026-11-29", name
+
+
+def test_no_merge_hides_a_row_behind_a_canonical_that_retention_archives(demo_store, tmp_path: Path):
+    """Both change sets of one night applied: every row this night superseded leads (through any chain of
+    supersedes) to a canonical that is still visible, not to one the same night's retention archived."""
+    from engram_pipelines.changes.apply import apply_change_set
+    from engram_pipelines.changes.revert import approve_change_set
+
+    def states(store) -> dict[str, tuple[str, str | None]]:
+        return {i: (zone, by) for i, zone, by in store.query("SELECT id, zone, superseded_by FROM memories")}
+
+    with open_store(demo_store) as store:
+        before = states(store)
+    result = execute_job("nightly", AS_OF, store=demo_store, warehouse=str(tmp_path / "wh"), config_path=None)
+    assert result["success"] and result["steps"]["retention"]["transitions"] > 0
+    gated = result["steps"]["change_set"]["gated_change_set"]
+    with open_store(demo_store) as store:
+        approve_change_set(store, gated, actor="reviewer")
+        assert apply_change_set(store, gated).applied > 0
+        after = states(store)
+    merged = [i for i, (_, by) in after.items() if by is not None and before[i][1] is None]
+    assert merged
+    for memory_id in merged:
+        canonical = after[memory_id][1]
+        while after[canonical][1] is not None:
+            canonical = after[canonical][1]
+        assert after[canonical][0] == "active", (
+            f"{memory_id} is hidden behind {canonical} ({after[canonical][0]})"
+        )
