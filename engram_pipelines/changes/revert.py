@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.records import WRITABLE_COLUMNS
 from engram_pipelines.store import LinkWrite, MemoryWrite, Outcome, Store
-from engram_pipelines.timestamps import utc_now
+from engram_pipelines.timestamps import format_timestamp, utc_now
 
 
 class RestoreError(LookupError):
@@ -120,7 +121,10 @@ def _revert_link(store: Store, entry: dict[str, Any], actor: str, revert_set: st
 
 
 def restore_memory(store: Store, memory_id: str, *, actor: str = "engram-pipelines") -> dict[str, Any]:
-    """Bring a purged memory back under its original id from its pre-image audit row; only once."""
+    """Bring a purged memory back under its original id from its pre-image audit row; only once.
+
+    It comes back Active, its zone clock restarted: restored in the zone it was purged from (the purge queue,
+    grace long expired) the next night would purge it again."""
     if store.get(memory_id) is not None:
         raise RestoreError(f"memory {memory_id} exists; nothing to restore")
     deletions = [
@@ -133,7 +137,15 @@ def restore_memory(store: Store, memory_id: str, *, actor: str = "engram-pipelin
     ]
     if not deletions:
         raise RestoreError(f"no audit pre-image for memory {memory_id}: it was never purged by this pipeline")
-    preimage = deletions[-1]["before"]
+    preimage = _back_to_active(deletions[-1]["before"])
     if not store.restore_preimage(preimage, actor=actor, reason="restore"):
         raise RestoreError(f"memory {memory_id} exists; nothing to restore")
     return {"id": memory_id, "restored_from_audit_id": deletions[-1]["audit_id"]}
+
+
+def _back_to_active(preimage: dict[str, Any]) -> dict[str, Any]:
+    metadata = preimage.get("metadata") or {}
+    metadata = json.loads(metadata) if isinstance(metadata, str) else dict(metadata)
+    now = utc_now()
+    metadata["restored"] = {"at": format_timestamp(now), "fromZone": preimage.get("zone")}
+    return {**preimage, "zone": "active", "zone_since": format_timestamp(now), "metadata": metadata}
