@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from engram_pipelines.config import ConfigError, load_config, store_url, warehouse_path
 from engram_pipelines.store import Store, StoreError, open_store, redact
@@ -495,7 +495,11 @@ def changes_list(
     ]
     emit(rows, as_json)
     if not as_json:
-        table = Table("change set", "status", "class", "as of", "changes", "by op")
+        # The id is what people copy into approve/apply/revert: never cut or wrapped, whatever the width.
+        change_set = Column(
+            "change set", no_wrap=True, min_width=max((len(r["change_set_id"]) for r in rows), default=10)
+        )
+        table = Table(change_set, "status", "class", "as of", "changes", "by op")
         for r in rows:
             colour = {"applied": "green", "proposed": "yellow", "approved": "cyan", "reverted": "magenta"}[
                 r["status"]
@@ -569,7 +573,7 @@ def changes_show(
         f"[bold]{record.change_set_id}[/] {record.status} ({record.review_class}), {record.total} changes, "
         f"as of {record.as_of}"
     )
-    table_out = Table("target", "namespace", "ops", "outcome", "reason")
+    table_out = Table(Column("target", no_wrap=True, min_width=36), "namespace", "ops", "outcome", "reason")
     for row in rows[:limit]:
         table_out.add_row(
             row["target_id"], row["namespace"], "+".join(row["ops"]), row["outcome"], row["reason"][:80]
@@ -702,6 +706,10 @@ def explain(
 
     with opened(store_arg) as store:
         story = explain_memory(store, memory_id)
+    if not story["exists"] and not story["changes"] and not story["audit"]:
+        raise UserError(
+            f"no memory {memory_id} in this store, and no change or audit row ever named it (check the id and --store)"
+        )
     emit(story, as_json)
     if not as_json:
         console.print(render_explanation(story))

@@ -80,6 +80,8 @@ def test_review_cycle_from_the_command_line(store_url, tmp_path):
     assert story["state"]["superseded_by"] == "m1" and story["changes"][0]["cluster_id"] == "c1"
     code, out = run("revert", cs, "--store", store_url, "--json")
     assert json.loads(out)["reverted"] == 2
+    code, out = run("explain", "never-was", "--store", store_url)
+    assert code == 1 and "no memory never-was" in out and "restore" not in out
 
 
 @pytest.mark.parametrize(
