@@ -15,5 +15,5 @@ lint: bootstrap
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
 
 ui: bootstrap
-	@mkdir -p data/dagster_home
+	@mkdir -p data/dagster_home && test -f data/dagster_home/dagster.yaml || printf "telemetry:\n  enabled: false\n" > data/dagster_home/dagster.yaml
 	DAGSTER_HOME=$(CURDIR)/data/dagster_home .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

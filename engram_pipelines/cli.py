@@ -250,6 +250,9 @@ def demo(
     # Keep the demo's run history beside its warehouse so `make ui` shows it.
     home = warehouse_path(warehouse).resolve().parent / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
+    settings = home / "dagster.yaml"
+    if not settings.exists():  # without one Dagster prints a notice on every run; telemetry stays local
+        settings.write_text("telemetry:\n  enabled: false\n")
     os.environ.setdefault("DAGSTER_HOME", str(home))
     with opened(store_arg, migrate=True) as store:
         loaded = load_demo(store, size=size, seed=seed, as_of=day)
