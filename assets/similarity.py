@@ -15,7 +15,8 @@ from engram_pipelines.clusters import CLUSTER_SCHEMA, clusters_table
 from engram_pipelines.config import Config
 from engram_pipelines.embeddings import load_embedder
 from engram_pipelines.merges import collapse_duplicates, consolidate
-from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs, vector_pairs
+from engram_pipelines.pair_cache import cached_vector_pairs
+from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs
 from engram_pipelines.plots import cluster_sizes, markdown_image, similarity_histogram
 from engram_pipelines.progress import LogProgress
 from engram_pipelines.timestamps import end_of_day
@@ -92,17 +93,22 @@ def _combine_embeddings(
 def _pair_shard(
     context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shard: int, shards: int
 ) -> None:
-    found, methods = vector_pairs(
+    found = cached_vector_pairs(
         wh.read_shard("embeddings", as_of, shard, shards),
         config.similarity.lowest_threshold,
         exact_cutoff=config.similarity.exact_cutoff,
+        directory=wh.root / "pair_cache" / f"shard-{shard}-of-{shards}",
         progress=LogProgress(context.log),
     )
     memories = wh.read_shard("memories", as_of, shard, shards, columns=_MERGE_COLUMNS)
     wh.write_shard(
-        "similarity_pairs", as_of, shard, shards, merged_pairs(found, exact_content_pairs(memories))
+        "similarity_pairs", as_of, shard, shards, merged_pairs(found.pairs, exact_content_pairs(memories))
     )
-    context.log.info(f"shard {shard}/{shards}: {found.num_rows} vector pairs, rows by method {methods}")
+    context.log.info(
+        f"shard {shard}/{shards}: {found.pairs.num_rows} vector pairs; namespaces compared "
+        f"{found.compared_namespaces}, unchanged since the last run (pairs reused) {found.reused_namespaces}; "
+        f"rows by method {found.methods}"
+    )
 
 
 def _combine_pairs(

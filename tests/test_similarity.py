@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from engram_pipelines import similarity
 from engram_pipelines.similarity import PairResult, pairs_per_row_loop, similar_pairs
+from engram_pipelines.vectors import vector_schema
 
 DIM = 32
 
@@ -215,3 +217,46 @@ def test_progress_is_reported_per_tile_and_cell() -> None:
 def test_bad_input_is_refused(vectors: np.ndarray, groups: np.ndarray, threshold: float) -> None:
     with pytest.raises(ValueError):
         similar_pairs(vectors, groups, threshold)
+
+
+def _vector_table(groups: dict[str, np.ndarray]) -> pa.Table:
+    dim = next(iter(groups.values())).shape[1]
+    rows = [
+        {"id": f"{ns}-{i}", "namespace": ns, "model": "m", "source": "stored", "vector": v.tolist()}
+        for ns, block in groups.items()
+        for i, v in enumerate(block)
+    ]
+    return pa.Table.from_pylist(rows, schema=vector_schema(dim))
+
+
+def test_cached_pairs_recompute_only_the_namespaces_whose_vectors_changed(tmp_path, monkeypatch) -> None:
+    from engram_pipelines import pair_cache
+    from engram_pipelines.pairs import vector_pairs
+
+    a, b = clustered(60, 4, seed=1, dim=16), clustered(60, 4, seed=2, dim=16)
+    first = pair_cache.cached_vector_pairs(
+        _vector_table({"a": a, "b": b}), 0.8, exact_cutoff=1000, directory=tmp_path
+    )
+    assert (first.reused_namespaces, first.compared_namespaces) == (0, 2)
+
+    compared: list[set[str]] = []
+
+    def spy(vectors, *args, **kwargs):
+        compared.append(set(vectors["namespace"].to_pylist()))
+        return vector_pairs(vectors, *args, **kwargs)
+
+    monkeypatch.setattr(pair_cache, "vector_pairs", spy)
+    b_moved = b.copy()
+    b_moved[0] = b_moved[1]  # one row of b changed
+    table = _vector_table({"a": a, "b": b_moved})
+    second = pair_cache.cached_vector_pairs(table, 0.8, exact_cutoff=1000, directory=tmp_path)
+    assert compared == [{"b"}] and (second.reused_namespaces, second.compared_namespaces) == (1, 1)
+    expected, _ = vector_pairs(table, 0.8, exact_cutoff=1000)
+    key = ["namespace", "left_id", "right_id"]
+    assert (
+        second.pairs.sort_by([(k, "ascending") for k in key])
+        .select(key)
+        .equals(expected.sort_by([(k, "ascending") for k in key]).select(key))
+    )
+    other_threshold = pair_cache.cached_vector_pairs(table, 0.9, exact_cutoff=1000, directory=tmp_path)
+    assert other_threshold.reused_namespaces == 0, "pairs found under other settings are never reused"

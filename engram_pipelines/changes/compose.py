@@ -128,8 +128,10 @@ def compose(
     con.register("intents", intents)
     # A link with one intent is most of a nightly's changes (temporal edges): composed in SQL, in bulk.
     lone_links = con.sql(_LONE_LINKS_SQL).to_arrow_table()
+    # Ordered: a change lists its intents' evidence in this order, and a join's output order is not fixed.
     rest = con.sql(
-        "SELECT i.* FROM intents i ANTI JOIN lone_links l USING (review_class, target_kind, target_id)"
+        "SELECT i.* FROM intents i ANTI JOIN lone_links l USING (review_class, target_kind, target_id) "
+        "ORDER BY review_class, target_kind, target_id, source, op, params, reason, evidence"
     ).to_arrow_table()
     grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rest.to_pylist():
