@@ -83,8 +83,14 @@ def main() -> None:
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     parser.add_argument("--stores", nargs="+", default=["sqlite"], choices=["sqlite", "postgres"])
+    parser.add_argument("--executor", default="in_process", choices=["in_process", "multiprocess", "dask"])
+    parser.add_argument("--shards", type=int, default=4)
     args = parser.parse_args()
-    print(f"# nightly benchmark, {dt.date.today()}, {platform.machine()}, {os.cpu_count()} cores")
+    os.environ["ENGRAM_EXECUTOR"], os.environ["ENGRAM_SHARDS"] = args.executor, str(args.shards)
+    print(
+        f"# nightly benchmark, {dt.date.today()}, {platform.machine()}, {os.cpu_count()} cores, "
+        f"executor {args.executor}, {args.shards} shards, load average {os.getloadavg()[0]:.1f}"
+    )
     server = None
     if "postgres" in args.stores:
         sys.path.insert(0, str(ROOT))
