@@ -135,7 +135,7 @@ class Store(ABC):
 
     @abstractmethod
     def _ensure_link_batch_table(self, cur: Any) -> None:
-        """An empty `_link_batch` temporary table with `_LINK_BATCH_COLUMNS` and `found` (default 0)."""
+        """An empty `_link_batch` temporary table: `_LINK_BATCH_COLUMNS` and a JSON column `before`."""
 
     @abstractmethod
     def _json_timestamp_sql(self, expr: str) -> str:
@@ -146,8 +146,8 @@ class Store(ABC):
         """SQL: a double column as a JSON number that reads back as the same python float."""
 
     @abstractmethod
-    def _json_set_sql(self, document: str, key: str, value: str) -> str:
-        """SQL: the JSON `document` with top-level `key` set to the text `value` (in place if present)."""
+    def _json_copy_key_sql(self, document: str, source: str, key: str) -> str:
+        """SQL: the JSON `document` with top-level `key` set to `source`'s (in place if present)."""
 
     @abstractmethod
     def _encode_embedding(self, vector: np.ndarray | None) -> Any: ...
@@ -729,15 +729,15 @@ class Store(ABC):
     def write_links(
         self, writes: Sequence[LinkWrite], *, actor: str, change_set_id: str, at: dt.datetime | None = None
     ) -> set[str]:
-        """Upsert or delete links, each with an audit row holding the link's pre-image; returns the landed ids.
+        """Upsert or delete links, each audited with the link's pre-image; returns the change ids that landed.
 
         `at` stamps `updated_at`: the apply passes the change set's as-of instant, so a link's `updated_at`
         says which cycle last wrote it (temporal edges decay once per cycle, however late the apply ran).
 
-        Set-based like `cas_write_memories`: the batch goes into a temporary table; one statement marks the
-        links that exist (locking them on PostgreSQL), one copies their pre-images to the audit log, one
-        deletes, one upserts, one records every change in the ledger. An upsert always lands; a delete lands
-        only where the link exists, else the ledger says it is ineligible.
+        Set-based like `cas_write_memories`: the batch goes into a temporary table; one statement reads the
+        pre-images of the links that exist (locking them on PostgreSQL), one copies them to the audit log,
+        one deletes, one upserts, one records every change in the ledger. An upsert always lands; a delete
+        lands only where the link exists, else the ledger says it is ineligible.
         """
         if not writes:
             return set()
@@ -750,16 +750,18 @@ class Store(ABC):
 
     def _link_batch_rows(self, writes: Sequence[LinkWrite], at: dt.datetime) -> list[tuple]:
         rows = []
+        # What _json_default makes of `at`, formatted once: it is in every `after` document, twice.
+        at_text = _json_default(at)
         for seq, w in enumerate(writes):
             link = w.link
             if w.op == "link_delete":
                 key = (link["src_id"], link["dst_id"], link["kind"])
                 rows.append((seq, w.change_id, w.op, None, *key, None, None, None, None))
                 continue
-            full = {"origin": "pipeline", "traversed_at": None, **link, "updated_at": at}
+            full = {"origin": "pipeline", "traversed_at": None, **link, "updated_at": at_text}
             # `at` holds created_at's place in the `after` document; SQL swaps in the existing link's
             # created_at, so key order and every other value stay what this dict serialises to.
-            full["created_at"] = at
+            full["created_at"] = at_text
             rows.append(
                 (
                     seq,
@@ -791,32 +793,36 @@ class Store(ABC):
         self, cur: Any, writes: Sequence[LinkWrite], *, actor: str, change_set_id: str, at: dt.datetime
     ) -> set[str]:
         db_at = self._to_db("created_at", at)
-        key_join = "m.src_id = b.src_id AND m.dst_id = b.dst_id AND m.kind = b.kind"
-        target = "b.src_id || '|' || b.dst_id || '|' || b.kind"
-        landed = "(b.op <> 'link_delete' OR b.found = 1)"
+        target = "src_id || '|' || dst_id || '|' || kind"
+        landed = "(op <> 'link_delete' OR before IS NOT NULL)"
         self._ensure_link_batch_table(cur)
         self._fill_batch_table(
             cur, "_link_batch", self._LINK_BATCH_COLUMNS, self._link_batch_rows(writes, at)
         )
+        # One primary-key probe per batch row, as a correlated subquery. A join of the batch with
+        # memory_links on the three key columns is planned badly by PostgreSQL: it cannot estimate the
+        # three-column match, and picks a scan of all links per batch or a semi-join that compares every
+        # pair of batch rows. The pre-image also says whether the link exists, and holds the created_at
+        # an upsert keeps.
         cur.execute(
-            "UPDATE _link_batch SET found = 1 WHERE (src_id, dst_id, kind) IN (SELECT m.src_id, m.dst_id, m.kind "
-            f"FROM memory_links m JOIN _link_batch b ON {key_join} {self._lock_clause()})"
+            f"UPDATE _link_batch SET before = (SELECT {self._link_preimage_sql()} FROM memory_links m "
+            "WHERE m.src_id = _link_batch.src_id AND m.dst_id = _link_batch.dst_id AND m.kind = _link_batch.kind "
+            f"{self._lock_clause()})"
         )
-        after = self._json_set_sql("b.after", "created_at", self._json_timestamp_sql("m.created_at"))
+        after = self._json_copy_key_sql("after", "before", "created_at")
         # Audit ids follow the caller's order, as they did one link at a time (revert walks them backwards).
         cur.execute(
             self._sql(
                 "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "
-                f"after) SELECT ?, ?, ?, b.change_id, 'link', {target}, b.op, "
-                f"CASE WHEN b.found = 1 THEN {self._link_preimage_sql()} END, "
-                f"CASE WHEN b.op = 'link_delete' THEN NULL WHEN b.found = 1 THEN {after} ELSE b.after END "
-                f"FROM _link_batch b LEFT JOIN memory_links m ON {key_join} WHERE {landed} ORDER BY b.seq"
+                f"after) SELECT ?, ?, ?, change_id, 'link', {target}, op, before, "
+                f"CASE WHEN op = 'link_delete' THEN NULL WHEN before IS NOT NULL THEN {after} ELSE after END "
+                f"FROM _link_batch WHERE {landed} ORDER BY seq"
             ),
             (db_at, actor, change_set_id),
         )
         cur.execute(
             "DELETE FROM memory_links WHERE (src_id, dst_id, kind) IN "
-            "(SELECT src_id, dst_id, kind FROM _link_batch WHERE op = 'link_delete' AND found = 1)"
+            "(SELECT src_id, dst_id, kind FROM _link_batch WHERE op = 'link_delete' AND before IS NOT NULL)"
         )
         # created_at = `at` only counts for a new link: on conflict the existing row keeps its own.
         cols = ", ".join(records.LINK_COLUMNS)
@@ -832,14 +838,14 @@ class Store(ABC):
         cur.execute(
             self._sql(
                 "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at) "
-                f"SELECT b.change_id, ?, {target}, CASE WHEN {landed} THEN 'applied' ELSE 'ineligible' END, "
-                f"CASE WHEN {landed} THEN NULL ELSE 'link no longer exists' END, ? FROM _link_batch b WHERE true "
+                f"SELECT change_id, ?, {target}, CASE WHEN {landed} THEN 'applied' ELSE 'ineligible' END, "
+                f"CASE WHEN {landed} THEN NULL ELSE 'link no longer exists' END, ? FROM _link_batch WHERE true "
                 "ON CONFLICT (change_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, "
                 "at = excluded.at"
             ),
             (change_set_id, db_at),
         )
-        cur.execute(f"SELECT b.change_id FROM _link_batch b WHERE {landed}")
+        cur.execute(f"SELECT change_id FROM _link_batch WHERE {landed}")
         return {row[0] for row in cur.fetchall()}
 
     def restore_preimage(self, preimage: dict[str, Any], *, actor: str, reason: str) -> bool:

@@ -167,8 +167,7 @@ class PostgresStore(Store):
     def _ensure_link_batch_table(self, cur: Any) -> None:
         cols = ", ".join(f"{c} {_LINK_BATCH_TYPES[c]}" for c in self._LINK_BATCH_COLUMNS)
         cur.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS _link_batch ({cols}, found integer NOT NULL DEFAULT 0) "
-            "ON COMMIT DELETE ROWS"
+            f"CREATE TEMP TABLE IF NOT EXISTS _link_batch ({cols}, before jsonb) ON COMMIT DELETE ROWS"
         )
         cur.execute("DELETE FROM _link_batch")
         # _json_float_sql reads a double through its text form, which is exact (shortest round-trip) only
@@ -187,8 +186,8 @@ class PostgresStore(Store):
             f"ELSE {expr}::text::numeric END"
         )
 
-    def _json_set_sql(self, document: str, key: str, value: str) -> str:
-        return f"jsonb_set({document}, '{{{key}}}', to_jsonb({value}))"
+    def _json_copy_key_sql(self, document: str, source: str, key: str) -> str:
+        return f"jsonb_set({document}, '{{{key}}}', {source} -> '{key}')"
 
     def _patch_has_sql(self, column: str) -> str:
         return f"jsonb_exists(b.patch, '{column}')"

@@ -98,7 +98,7 @@ class SQLiteStore(Store):
 
     def _ensure_link_batch_table(self, cur: Any) -> None:
         cols = ", ".join(self._LINK_BATCH_COLUMNS)
-        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS _link_batch ({cols}, found INTEGER NOT NULL DEFAULT 0)")
+        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS _link_batch ({cols}, before)")
         cur.execute("DELETE FROM _link_batch")
 
     def _json_timestamp_sql(self, expr: str) -> str:
@@ -111,8 +111,8 @@ class SQLiteStore(Store):
         # cannot be picked in SQL: SQLite's text-to-REAL cast is off by an ulp now and then.
         return f"json(printf('%!.17g', {expr}))"
 
-    def _json_set_sql(self, document: str, key: str, value: str) -> str:
-        return f"json_set({document}, '$.{key}', {value})"
+    def _json_copy_key_sql(self, document: str, source: str, key: str) -> str:
+        return f"json_set({document}, '$.{key}', json_extract({source}, '$.{key}'))"
 
     def _patch_has_sql(self, column: str) -> str:
         return f"json_type(b.patch, '$.{column}') IS NOT NULL"
