@@ -134,6 +134,22 @@ class Store(ABC):
     def _ensure_batch_tables(self, cur: Any) -> None: ...
 
     @abstractmethod
+    def _ensure_link_batch_table(self, cur: Any) -> None:
+        """An empty `_link_batch` temporary table: `_LINK_BATCH_COLUMNS` and a JSON column `before`."""
+
+    @abstractmethod
+    def _json_timestamp_sql(self, expr: str) -> str:
+        """SQL: a timestamp column as the text `_json_default` gives the python value (format_timestamp)."""
+
+    @abstractmethod
+    def _json_float_sql(self, expr: str) -> str:
+        """SQL: a double column as a JSON number that reads back as the same python float."""
+
+    @abstractmethod
+    def _json_copy_key_sql(self, document: str, source: str, key: str) -> str:
+        """SQL: the JSON `document` with top-level `key` set to `source`'s (in place if present)."""
+
+    @abstractmethod
     def _encode_embedding(self, vector: np.ndarray | None) -> Any: ...
 
     @abstractmethod
@@ -696,77 +712,141 @@ class Store(ABC):
             )
         return landed
 
+    _LINK_BATCH_COLUMNS = (
+        "seq",
+        "change_id",
+        "op",
+        "namespace",
+        "src_id",
+        "dst_id",
+        "kind",
+        "weight",
+        "origin",
+        "traversed_at",
+        "after",
+    )
+
     def write_links(
         self, writes: Sequence[LinkWrite], *, actor: str, change_set_id: str, at: dt.datetime | None = None
     ) -> set[str]:
-        """Upsert or delete links, each with an audit row holding the link's pre-image.
+        """Upsert or delete links, each audited with the link's pre-image; returns the change ids that landed.
 
         `at` stamps `updated_at`: the apply passes the change set's as-of instant, so a link's `updated_at`
         says which cycle last wrote it (temporal edges decay once per cycle, however late the apply ran).
+
+        Set-based like `cas_write_memories`: the batch goes into a temporary table; one statement reads the
+        pre-images of the links that exist (locking them on PostgreSQL), one copies them to the audit log,
+        one deletes, one upserts, one records every change in the ledger. An upsert always lands; a delete
+        lands only where the link exists, else the ledger says it is ineligible.
         """
+        if not writes:
+            return set()
         at = at or utc_now()
         landed: set[str] = set()
-        key_sql = "src_id = ? AND dst_id = ? AND kind = ?"
-        cols = ", ".join(records.LINK_COLUMNS)
         with self.write_transaction() as cur:
-            for w in writes:
-                key = (w.link["src_id"], w.link["dst_id"], w.link["kind"])
-                cur.execute(self._sql(f"SELECT {cols} FROM memory_links WHERE {key_sql}"), key)
-                found = cur.fetchone()
-                before = (
-                    {c: self._from_db(c, v) for c, v in zip(records.LINK_COLUMNS, found, strict=True)}
-                    if found
-                    else None
-                )
-                if w.op == "link_delete":
-                    if found is None:
-                        continue
-                    cur.execute(self._sql(f"DELETE FROM memory_links WHERE {key_sql}"), key)
-                    after = None
-                else:
-                    full = {"origin": "pipeline", "traversed_at": None, **w.link, "updated_at": at}
-                    full["created_at"] = before["created_at"] if before else at
-                    cur.execute(
-                        self._sql(
-                            f"INSERT INTO memory_links ({cols}) VALUES ({', '.join('?' for _ in records.LINK_COLUMNS)}) "
-                            "ON CONFLICT (src_id, dst_id, kind) DO UPDATE SET weight = excluded.weight, "
-                            "origin = excluded.origin, updated_at = excluded.updated_at"
-                        ),
-                        tuple(self._to_db(c, full[c]) for c in records.LINK_COLUMNS),
-                    )
-                    after = full
-                landed.add(w.change_id)
-                cur.execute(
-                    self._sql(
-                        "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, "
-                        "before, after) VALUES (?, ?, ?, ?, 'link', ?, ?, ?, ?)"
-                    ),
-                    (
-                        self._to_db("created_at", at),
-                        actor,
-                        change_set_id,
-                        w.change_id,
-                        "|".join(key),
-                        w.op,
-                        json.dumps(before, default=_json_default) if before else None,
-                        json.dumps(after, default=_json_default) if after else None,
-                    ),
-                )
-            self._record_outcomes(
-                cur,
-                change_set_id,
-                [
-                    Outcome(
-                        w.change_id,
-                        "|".join((w.link["src_id"], w.link["dst_id"], w.link["kind"])),
-                        "applied" if w.change_id in landed else "ineligible",
-                        None if w.change_id in landed else "link no longer exists",
-                    )
-                    for w in writes
-                ],
-                at,
-            )
+            for group in _distinct_key_groups(writes):
+                landed |= self._write_link_group(cur, group, actor=actor, change_set_id=change_set_id, at=at)
         return landed
+
+    def _link_batch_rows(self, writes: Sequence[LinkWrite], at: dt.datetime) -> list[tuple]:
+        rows = []
+        # What _json_default makes of `at`, formatted once: it is in every `after` document, twice.
+        at_text = _json_default(at)
+        for seq, w in enumerate(writes):
+            link = w.link
+            if w.op == "link_delete":
+                key = (link["src_id"], link["dst_id"], link["kind"])
+                rows.append((seq, w.change_id, w.op, None, *key, None, None, None, None))
+                continue
+            full = {"origin": "pipeline", "traversed_at": None, **link, "updated_at": at_text}
+            # `at` holds created_at's place in the `after` document; SQL swaps in the existing link's
+            # created_at, so key order and every other value stay what this dict serialises to.
+            full["created_at"] = at_text
+            rows.append(
+                (
+                    seq,
+                    w.change_id,
+                    w.op,
+                    self._to_db("namespace", full["namespace"]),
+                    self._to_db("src_id", full["src_id"]),
+                    self._to_db("dst_id", full["dst_id"]),
+                    self._to_db("kind", full["kind"]),
+                    self._to_db("weight", full["weight"]),
+                    self._to_db("origin", full["origin"]),
+                    self._to_db("traversed_at", full["traversed_at"]),
+                    json.dumps(full, default=_json_default),
+                )
+            )
+        return rows
+
+    def _link_preimage_sql(self) -> str:
+        def value(column: str) -> str:
+            if column in _LINK_TIMESTAMPS:
+                return self._json_timestamp_sql(f"m.{column}")
+            if column == "weight":
+                return self._json_float_sql("m.weight")
+            return f"m.{column}"
+
+        return self._json_object([(c, value(c)) for c in records.LINK_COLUMNS])
+
+    def _write_link_group(
+        self, cur: Any, writes: Sequence[LinkWrite], *, actor: str, change_set_id: str, at: dt.datetime
+    ) -> set[str]:
+        db_at = self._to_db("created_at", at)
+        target = "src_id || '|' || dst_id || '|' || kind"
+        landed = "(op <> 'link_delete' OR before IS NOT NULL)"
+        self._ensure_link_batch_table(cur)
+        self._fill_batch_table(
+            cur, "_link_batch", self._LINK_BATCH_COLUMNS, self._link_batch_rows(writes, at)
+        )
+        # One primary-key probe per batch row, as a correlated subquery. A join of the batch with
+        # memory_links on the three key columns is planned badly by PostgreSQL: it cannot estimate the
+        # three-column match, and picks a scan of all links per batch or a semi-join that compares every
+        # pair of batch rows. The pre-image also says whether the link exists, and holds the created_at
+        # an upsert keeps.
+        cur.execute(
+            f"UPDATE _link_batch SET before = (SELECT {self._link_preimage_sql()} FROM memory_links m "
+            "WHERE m.src_id = _link_batch.src_id AND m.dst_id = _link_batch.dst_id AND m.kind = _link_batch.kind "
+            f"{self._lock_clause()})"
+        )
+        after = self._json_copy_key_sql("after", "before", "created_at")
+        # Audit ids follow the caller's order, as they did one link at a time (revert walks them backwards).
+        cur.execute(
+            self._sql(
+                "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "
+                f"after) SELECT ?, ?, ?, change_id, 'link', {target}, op, before, "
+                f"CASE WHEN op = 'link_delete' THEN NULL WHEN before IS NOT NULL THEN {after} ELSE after END "
+                f"FROM _link_batch WHERE {landed} ORDER BY seq"
+            ),
+            (db_at, actor, change_set_id),
+        )
+        cur.execute(
+            "DELETE FROM memory_links WHERE (src_id, dst_id, kind) IN "
+            "(SELECT src_id, dst_id, kind FROM _link_batch WHERE op = 'link_delete' AND before IS NOT NULL)"
+        )
+        # created_at = `at` only counts for a new link: on conflict the existing row keeps its own.
+        cols = ", ".join(records.LINK_COLUMNS)
+        cur.execute(
+            self._sql(
+                f"INSERT INTO memory_links ({cols}) SELECT namespace, src_id, dst_id, kind, weight, origin, ?, ?, "
+                "traversed_at FROM _link_batch WHERE op <> 'link_delete' "
+                "ON CONFLICT (src_id, dst_id, kind) DO UPDATE SET weight = excluded.weight, "
+                "origin = excluded.origin, updated_at = excluded.updated_at"
+            ),
+            (db_at, db_at),
+        )
+        cur.execute(
+            self._sql(
+                "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at) "
+                f"SELECT change_id, ?, {target}, CASE WHEN {landed} THEN 'applied' ELSE 'ineligible' END, "
+                f"CASE WHEN {landed} THEN NULL ELSE 'link no longer exists' END, ? FROM _link_batch WHERE true "
+                "ON CONFLICT (change_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, "
+                "at = excluded.at"
+            ),
+            (change_set_id, db_at),
+        )
+        cur.execute(f"SELECT change_id FROM _link_batch WHERE {landed}")
+        return {row[0] for row in cur.fetchall()}
 
     def restore_preimage(self, preimage: dict[str, Any], *, actor: str, reason: str) -> bool:
         """Re-insert a deleted memory from its audit pre-image under its original id; False if it exists."""
@@ -800,6 +880,32 @@ class Store(ABC):
                 (self._to_db("created_at", utc_now()), actor, row["id"], json.dumps({"reason": reason})),
             )
         return True
+
+
+_LINK_TIMESTAMPS = ("created_at", "updated_at", "traversed_at")
+
+
+def _distinct_key_groups(writes: Sequence[LinkWrite]) -> Iterator[list[LinkWrite]]:
+    """Consecutive runs of writes in which no link key and no change id repeats.
+
+    A change set never holds two changes of one link: compose makes one change per target id, and a link's
+    target id is its key. Revert and other callers may repeat a key, though; a set-based statement cannot
+    apply two writes of one row in order (and ON CONFLICT DO UPDATE refuses to touch a row twice), so a
+    repeat starts a new run, and the runs go in order: each key sees its writes in the caller's order.
+    """
+    group: list[LinkWrite] = []
+    keys: set[tuple[str, str, str]] = set()
+    change_ids: set[str] = set()
+    for w in writes:
+        key = (w.link["src_id"], w.link["dst_id"], w.link["kind"])
+        if key in keys or w.change_id in change_ids:
+            yield group
+            group, keys, change_ids = [], set(), set()
+        group.append(w)
+        keys.add(key)
+        change_ids.add(w.change_id)
+    if group:
+        yield group
 
 
 def _parse_ts(text: str) -> dt.datetime:

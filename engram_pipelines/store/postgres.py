@@ -35,6 +35,19 @@ _BATCH_TYPES = {
     "hides": "integer",
     "patch": "jsonb",
 }
+_LINK_BATCH_TYPES = {
+    "seq": "integer",
+    "change_id": "text",
+    "op": "text",
+    "namespace": "text",
+    "src_id": "text",
+    "dst_id": "text",
+    "kind": "text",
+    "weight": "double precision",
+    "origin": "text",
+    "traversed_at": "timestamptz",
+    "after": "jsonb",
+}
 _PATCH_CASTS = {"score": "double precision", "stale": "boolean", "zone_since": "timestamptz"}
 
 
@@ -150,6 +163,31 @@ class PostgresStore(Store):
             f"CREATE TEMP TABLE IF NOT EXISTS _batch ({cols}, hit integer NOT NULL DEFAULT 0) ON COMMIT DELETE ROWS"
         )
         cur.execute("DELETE FROM _batch")
+
+    def _ensure_link_batch_table(self, cur: Any) -> None:
+        cols = ", ".join(f"{c} {_LINK_BATCH_TYPES[c]}" for c in self._LINK_BATCH_COLUMNS)
+        cur.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS _link_batch ({cols}, before jsonb) ON COMMIT DELETE ROWS"
+        )
+        cur.execute("DELETE FROM _link_batch")
+        # _json_float_sql reads a double through its text form, which is exact (shortest round-trip) only
+        # while extra_float_digits > 0; a server configured lower would put rounded weights in the audit log.
+        cur.execute("SET LOCAL extra_float_digits = 1")
+
+    def _json_timestamp_sql(self, expr: str) -> str:
+        return f"""to_char({expr} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
+
+    def _json_float_sql(self, expr: str) -> str:
+        # The pre-image must read back as python wrote it before (json.dumps of the float): the same digits,
+        # and a whole number keeps its ".0" (jsonb keeps a numeric's scale; 1.0 would otherwise come back as
+        # the int 1). float8 -> numeric directly keeps only 15 digits, so go through the exact text form.
+        return (
+            f"CASE WHEN {expr} = trunc({expr}) AND abs({expr}) < 1e16 THEN round({expr}::text::numeric, 1) "
+            f"ELSE {expr}::text::numeric END"
+        )
+
+    def _json_copy_key_sql(self, document: str, source: str, key: str) -> str:
+        return f"jsonb_set({document}, '{{{key}}}', {source} -> '{key}')"
 
     def _patch_has_sql(self, column: str) -> str:
         return f"jsonb_exists(b.patch, '{column}')"

@@ -96,6 +96,24 @@ class SQLiteStore(Store):
         cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS _batch ({cols}, hit INTEGER NOT NULL DEFAULT 0)")
         cur.execute("DELETE FROM _batch")
 
+    def _ensure_link_batch_table(self, cur: Any) -> None:
+        cols = ", ".join(self._LINK_BATCH_COLUMNS)
+        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS _link_batch ({cols}, before)")
+        cur.execute("DELETE FROM _link_batch")
+
+    def _json_timestamp_sql(self, expr: str) -> str:
+        # Every write goes through _to_db, so the stored text already is format_timestamp's form.
+        return expr
+
+    def _json_float_sql(self, expr: str) -> str:
+        # json_object renders a REAL with 15 significant digits, which loses weights such as 2/3 (revert
+        # would restore a different number); 17 digits read back as the same double. Shorter exact forms
+        # cannot be picked in SQL: SQLite's text-to-REAL cast is off by an ulp now and then.
+        return f"json(printf('%!.17g', {expr}))"
+
+    def _json_copy_key_sql(self, document: str, source: str, key: str) -> str:
+        return f"json_set({document}, '$.{key}', json_extract({source}, '$.{key}'))"
+
     def _patch_has_sql(self, column: str) -> str:
         return f"json_type(b.patch, '$.{column}') IS NOT NULL"
 
