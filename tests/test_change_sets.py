@@ -23,6 +23,7 @@ from engram_pipelines.changes.revert import (
 )
 from engram_pipelines.explain import explain_memory
 from engram_pipelines.snapshot import take_snapshot
+from engram_pipelines.store import MemoryWrite
 from engram_pipelines.timestamps import end_of_day
 from tests.changes_helpers import intent, propose
 from tests.conftest import AS_OF, memory
@@ -220,6 +221,38 @@ def test_inserts_and_links_are_applied_once_and_reverted(store, warehouse):
     assert store.query("SELECT count(*) FROM memory_links")[0][0] == 1
     revert_change_set(store, cs)
     assert store.get("s1") is None and store.query("SELECT count(*) FROM memory_links")[0][0] == 0
+
+
+def test_a_large_set_is_reverted_in_batches_back_to_every_pre_image(store, warehouse):
+    """More changes than one revert batch, links and row updates interleaved, one row edited since."""
+    n = 1_500
+    store.insert_memories([memory(i) for i in range(n)])
+    before = store.query("SELECT id, stale, score, version FROM memories ORDER BY id")
+    intents = []
+    for i in range(n):
+        intents.append(intent(f"m{i}", "mark_stale", score=0.1))
+        link = {
+            "namespace": "ns1",
+            "src_id": f"m{i}",
+            "dst_id": f"m{(i + 1) % n}",
+            "kind": "related",
+            "weight": 0.5,
+        }
+        intents.append(
+            {**intent(f"m{i}|m{(i + 1) % n}|related", "upsert_link", **link), "target_kind": "link"}
+        )
+    cs = propose(store, warehouse, intents)
+    assert apply_change_set(store, cs).applied == 2 * n
+    store.cas_write_memories(
+        [MemoryWrite("agent", "m7", store.get("m7")["version"], "agent-edit", {"importance": 0.9})],
+        actor="agent",
+        change_set_id="agent",
+    )
+    result = revert_change_set(store, cs)
+    assert result.reverted == 2 * n - 1 and result.skipped_edited_since == ["m7"]
+    after = store.query("SELECT id, stale, score FROM memories WHERE id <> 'm7' ORDER BY id")
+    assert after == [(i, s, sc) for i, s, sc, _ in before if i != "m7"]
+    assert store.query("SELECT count(*) FROM memory_links")[0][0] == 0
 
 
 def test_invariant_checks_catch_violations(store, warehouse):

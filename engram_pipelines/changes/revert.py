@@ -56,46 +56,90 @@ def revert_change_set(store: Store, change_set_id: str, *, actor: str = "engram-
     return result
 
 
+_BATCH = 1000
+
+
 def _revert_entries(
     store: Store, audit: list[dict[str, Any]], actor: str, revert_set: str, result: RevertResult
 ) -> None:
+    """Newest first; consecutive link writes and row updates go to the store in batches (one transaction each),
+    so reverting a nightly's hundreds of thousands of changes does not take a transaction per change."""
     change_set_id = result.change_set_id
+    links: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if links:
+            _revert_links(store, links, actor, revert_set, result)
+            links.clear()
+        if updates:
+            _revert_updates(store, updates, actor, revert_set, result)
+            updates.clear()
+
     for entry in reversed(audit):
-        if entry["target_kind"] == "link":
-            _revert_link(store, entry, actor, revert_set)
-            result.reverted += 1
-        elif entry["op"] == "insert":
-            _revert_insert(store, entry, actor, revert_set, result)
-        elif entry["before"] is not None and entry["after"] is None:
-            if store.restore_preimage(entry["before"], actor=actor, reason=f"revert of {change_set_id}"):
+        kind = "link" if entry["target_kind"] == "link" else "update"
+        is_update = entry["op"] != "insert" and not (entry["before"] is not None and entry["after"] is None)
+        if kind == "link":
+            if updates or len(links) >= _BATCH:
+                flush()
+            links.append(entry)
+        elif is_update:
+            if links or len(updates) >= _BATCH:
+                flush()
+            updates.append(entry)
+        else:
+            flush()
+            if entry["op"] == "insert":
+                _revert_insert(store, entry, actor, revert_set, result)
+            elif store.restore_preimage(entry["before"], actor=actor, reason=f"revert of {change_set_id}"):
                 result.reverted += 1
             else:
                 result.skipped_edited_since.append(entry["target_id"])
-        else:
-            _revert_update(store, entry, actor, revert_set, result)
+    flush()
 
 
-def _revert_update(
-    store: Store, entry: dict[str, Any], actor: str, revert_set: str, result: RevertResult
+def _revert_updates(
+    store: Store, entries: list[dict[str, Any]], actor: str, revert_set: str, result: RevertResult
 ) -> None:
-    before = entry["before"]
-    patch = {c: before[c] for c in WRITABLE_COLUMNS}
-    patch["stale"] = bool(patch["stale"])
-    write = MemoryWrite(
-        change_id=f"revert:{entry['change_id']}",
-        target_id=entry["target_id"],
-        expected_version=int(entry["after"]["version"]),
-        op="revert",
-        patch=patch,
-    )
-    if store.cas_write_memories([write], actor=actor, change_set_id=revert_set):
-        result.reverted += 1
-    else:
-        result.skipped_edited_since.append(entry["target_id"])
-        store.record_outcomes(
-            revert_set,
-            [Outcome(write.change_id, write.target_id, "revert_skipped", "edited since the apply")],
+    writes = []
+    for entry in entries:
+        patch = {c: entry["before"][c] for c in WRITABLE_COLUMNS}
+        patch["stale"] = bool(patch["stale"])
+        writes.append(
+            MemoryWrite(
+                change_id=f"revert:{entry['change_id']}",
+                target_id=entry["target_id"],
+                expected_version=int(entry["after"]["version"]),
+                op="revert",
+                patch=patch,
+            )
         )
+    landed = store.cas_write_memories(writes, actor=actor, change_set_id=revert_set)
+    result.reverted += len(landed)
+    missed = [w for w in writes if w.change_id not in landed]
+    result.skipped_edited_since.extend(w.target_id for w in missed)
+    store.record_outcomes(
+        revert_set,
+        [Outcome(w.change_id, w.target_id, "revert_skipped", "edited since the apply") for w in missed],
+    )
+
+
+def _revert_links(
+    store: Store, entries: list[dict[str, Any]], actor: str, revert_set: str, result: RevertResult
+) -> None:
+    store.write_links(
+        [
+            LinkWrite(
+                f"revert:{e['change_id']}",
+                "link_delete" if e["before"] is None else "link_upsert",
+                e["after"] if e["before"] is None else e["before"],
+            )
+            for e in entries
+        ],
+        actor=actor,
+        change_set_id=revert_set,
+    )
+    result.reverted += len(entries)
 
 
 def _revert_insert(
@@ -106,18 +150,6 @@ def _revert_insert(
         result.reverted += 1
     else:
         result.skipped_edited_since.append(entry["target_id"])
-
-
-def _revert_link(store: Store, entry: dict[str, Any], actor: str, revert_set: str) -> None:
-    change_id = f"revert:{entry['change_id']}"
-    if entry["before"] is None:
-        store.write_links(
-            [LinkWrite(change_id, "link_delete", entry["after"])], actor=actor, change_set_id=revert_set
-        )
-    else:
-        store.write_links(
-            [LinkWrite(change_id, "link_upsert", entry["before"])], actor=actor, change_set_id=revert_set
-        )
 
 
 def restore_memory(store: Store, memory_id: str, *, actor: str = "engram-pipelines") -> dict[str, Any]:
