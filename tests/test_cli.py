@@ -48,6 +48,14 @@ def test_export_round_trips_through_import(store_url, tmp_path, request):
     assert first.read_text() == second.read_text()
 
 
+def test_export_of_a_missing_store_creates_nothing(tmp_path):
+    missing = tmp_path / "nowhere" / "missing.db"
+    out = tmp_path / "backup.jsonl"
+    code, text = run("export", "--store", f"sqlite:///{missing}", "--out", str(out))
+    assert code == 1 and "no SQLite store" in text and "engram-pipelines init" in text
+    assert not missing.parent.exists() and not out.exists()
+
+
 def test_review_cycle_from_the_command_line(store_url, tmp_path):
     with open_store(store_url, migrate=True) as store:
         store.insert_memories([memory(1, tags=["a"]), memory(2, tags=["b"])])

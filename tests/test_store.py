@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 
 import numpy as np
 import pytest
@@ -19,9 +20,18 @@ def test_migrations_are_versioned_and_idempotent(store):
 
 
 def test_a_store_behind_the_schema_names_the_fix(tmp_path):
-    url = f"sqlite:///{tmp_path}/old.db"
-    with pytest.raises(MigrationRequired, match="engram-pipelines init --store"):
-        open_store(url)
+    sqlite3.connect(tmp_path / "old.db").close()  # an empty database: schema version 0
+    with pytest.raises(MigrationRequired, match="schema version 0.*engram-pipelines init --store"):
+        open_store(f"sqlite:///{tmp_path}/old.db")
+
+
+def test_a_missing_sqlite_store_is_named_and_not_created(tmp_path):
+    missing = tmp_path / "typo" / "engram.db"
+    with pytest.raises(MigrationRequired, match="no SQLite store at .*engram-pipelines init --store"):
+        open_store(f"sqlite:///{missing}")
+    assert not missing.parent.exists()
+    with open_store(f"sqlite:///{missing}", migrate=True) as store:  # `init` and `import` create it
+        assert store.schema_version() == LATEST_VERSION
 
 
 def test_unknown_url_is_a_clear_error():
