@@ -84,6 +84,16 @@ def test_streamed_batches_cover_every_row(store):
     assert len(first) == 384
 
 
+def test_a_read_between_streamed_batches_leaves_the_stream_open(store):
+    # What export does for a row its fixed-size batch cannot hold (a vector of another dimension).
+    store.insert_memories([memory(i) for i in range(25)])
+    ids: list[str] = []
+    for batch in store.iter_memory_batches(10, 384):
+        ids += batch.column("id").to_pylist()
+        assert set(store.read_memories(ids[-1:])) == {ids[-1]}
+    assert ids == sorted(f"m{i}" for i in range(25))
+
+
 @pytest.mark.postgres
 def test_postgres_uses_pgvector_when_the_extension_exists(pg_server):
     url = pg_server.create_database("engram_vector_check")
