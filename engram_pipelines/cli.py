@@ -201,15 +201,23 @@ def import_(
 def export(
     out: Path | None, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
 ) -> None:
-    """Export every memory as JSON Lines in the import format (zone, stale, superseded_by and score are not in it)."""
+    """Export every memory as JSON Lines in the import format, lifecycle state included (a backup).
+
+    \b
+    `import` of the file into an empty store brings every row back as it was (archived, purge-queued, stale,
+    superseded), except `version`, which restarts at 1. Links, change sets and the audit log are not in it.
+    Example:
+      engram-pipelines export --out backup.jsonl
+    """
     from engram_pipelines.exporting import export_jsonl
 
     config = load_config(config_path)
-    with opened(store_arg) as store:
+    with opened(store_arg) as store:  # opened first: a missing store fails before --out is created
         if out is None:
             count = export_jsonl(store, sys.stdout, embedding_dim=config.snapshot.embedding_dim)
         else:
-            with out.open("w") as handle:
+            # UTF-8 whatever the locale: the import reads UTF-8, and the export keeps non-ASCII text as is.
+            with out.open("w", encoding="utf-8") as handle:
                 count = export_jsonl(store, handle, embedding_dim=config.snapshot.embedding_dim)
     if out is not None:
         emit({"exported": count, "path": str(out)}, as_json)

@@ -1,4 +1,9 @@
-"""`export`: every memory as JSON Lines in the import format, streamed (the store round-trips)."""
+"""`export`: every memory as JSON Lines in the import format, streamed (the store round-trips).
+
+An export is what an operator keeps as a backup, so it carries the whole row: the agents' fields and the
+pipeline's lifecycle state (zone and since when, stale, score, superseded_by), `updated_at` and the hash the
+vector was made from. Only `version` stays behind (see `_EXPORTED`).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,12 @@ from typing import Any, TextIO
 from engram_pipelines.store import Store
 from engram_pipelines.timestamps import format_timestamp
 
+# Every column of `memories` except `version`. The version is the store's CAS counter: it counts the writes
+# of this store, and only means something next to the expected versions of readers of this same store (change
+# sets, agents' edits). Neither the audit log nor the change sets travel with an export, so a re-imported row
+# starts a history of its own at version 1 rather than carry a count that no longer refers to anything.
+# `updated_at` is exported: it is a fact about the row (when it was last written), shown by `explain`, and
+# retention reads it as the zone clock of a row without `zone_since`.
 _EXPORTED = (
     "id",
     "namespace",
@@ -15,6 +26,7 @@ _EXPORTED = (
     "kind",
     "content",
     "created_at",
+    "updated_at",
     "last_accessed_at",
     "importance",
     "access_count",
@@ -23,7 +35,14 @@ _EXPORTED = (
     "metadata",
     "embedding",
     "embedding_model",
+    "embedded_content_sha",
+    "zone",
+    "zone_since",
+    "stale",
+    "score",
+    "superseded_by",
 )
+_TIMESTAMPS = ("created_at", "updated_at", "last_accessed_at", "zone_since")
 
 
 def export_jsonl(store: Store, out: TextIO, *, embedding_dim: int, batch_size: int = 20_000) -> int:
@@ -34,23 +53,24 @@ def export_jsonl(store: Store, out: TextIO, *, embedding_dim: int, batch_size: i
         odd = [r["id"] for r in rows if r["embedding"] is None and r["embedding_model"] is not None]
         raw = store.read_memories(odd) if odd else {}
         for row in rows:
-            if row["id"] in raw:
-                row["embedding"] = raw[row["id"]]["embedding"].tolist()
+            vector = raw[row["id"]]["embedding"] if row["id"] in raw else None
+            if vector is not None:  # None: a model named without a vector (imports keep such a model)
+                row["embedding"] = vector.tolist()
             out.write(json.dumps(_import_form(row), ensure_ascii=False, sort_keys=True) + "\n")
             count += 1
     return count
 
 
 def _import_form(row: dict[str, Any]) -> dict[str, Any]:
-    row["created_at"] = format_timestamp(row["created_at"])
-    row["last_accessed_at"] = format_timestamp(row["last_accessed_at"])
+    for name in _TIMESTAMPS:
+        row[name] = format_timestamp(row[name])  # the store's canonical text, so re-exports are identical
     row["tags"] = json.loads(row["tags"])
     metadata = json.loads(row["metadata"])
     for key in ("conversation_id", "project_id"):
         if key in metadata:
             row[key] = metadata.pop(key)
     row["metadata"] = metadata
-    if row["embedding"] is None:
-        row.pop("embedding")
-        row.pop("embedding_model")
+    for name in ("embedding", "embedding_model", "embedded_content_sha"):
+        if row[name] is None:  # most rows of an agent's import have none of the three: keep lines short
+            row.pop(name)
     return row

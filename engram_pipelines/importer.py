@@ -44,9 +44,14 @@ DEFAULT_TIER = "stm"
 DEFAULT_KIND = "episodic"
 DEFAULT_IMPORTANCE = 0.5
 DEFAULT_EMBEDDING_MODEL = "imported"  # an embedding must say which model made it; imports may not know
+DEFAULT_ZONE = "active"
 METADATA_ID_FIELDS = ("conversation_id", "project_id")  # accepted at top level, stored inside metadata
 
-# The columns an import sets, in `records.memory_schema` order. The store fills the rest itself.
+# The columns an import sets, in `records.memory_schema` order: every column but `version`, which the store
+# owns (a CAS counter of this store's own writes; an imported row starts its history at 1). The lifecycle
+# columns (`score`, `zone`, `zone_since`, `superseded_by`, `stale`), `updated_at` and
+# `embedded_content_sha` are optional so that an agent's file imports as before, while an
+# `engram-pipelines export` (a backup) brings every row back in the state it was in.
 IMPORT_COLUMNS: tuple[str, ...] = (
     "id",
     "namespace",
@@ -55,11 +60,18 @@ IMPORT_COLUMNS: tuple[str, ...] = (
     "content",
     "embedding",
     "embedding_model",
+    "embedded_content_sha",
     "importance",
+    "score",
     "access_count",
     "last_accessed_at",
     "created_at",
+    "updated_at",
     "pinned",
+    "zone",
+    "zone_since",
+    "superseded_by",
+    "stale",
     "tags",
     "metadata",
 )
@@ -199,11 +211,18 @@ class _Memory(NamedTuple):
     content: str
     embedding: np.ndarray | None  # float32, shape (embedding_dim,)
     embedding_model: str | None
+    embedded_content_sha: str | None
     importance: float
+    score: float | None
     access_count: int
     last_accessed_at: dt.datetime | None
     created_at: dt.datetime
+    updated_at: dt.datetime
     pinned: bool
+    zone: str
+    zone_since: dt.datetime | None
+    superseded_by: str | None
+    stale: bool
     tags: str  # JSON text
     metadata: str  # JSON text, keys sorted
 
@@ -356,7 +375,7 @@ def _read_memory(
     created_at = fields.required("created_at", _timestamp)
     tier = fields.optional("tier", _tier, DEFAULT_TIER)
     kind = fields.optional("kind", _kind, DEFAULT_KIND)
-    importance = fields.optional("importance", _importance, DEFAULT_IMPORTANCE)
+    importance = fields.optional("importance", _unit_number, DEFAULT_IMPORTANCE)
     access_count = fields.optional("access_count", _access_count, 0)
     last_accessed_at = fields.optional("last_accessed_at", _timestamp, None)
     tags = fields.optional("tags", _tags_json, "[]")
@@ -365,7 +384,12 @@ def _read_memory(
     embedding_model = fields.optional("embedding_model", _text, None)
     if embedding is not None and embedding_model is None:
         embedding_model = DEFAULT_EMBEDDING_MODEL
+    # Kept without an embedding too, like the model: the embedding step replaces both when it makes a vector.
+    embedded_content_sha = fields.optional("embedded_content_sha", _text, None)
     metadata = _read_metadata(fields)
+    lifecycle = _read_lifecycle(fields)
+    # The store's own default: a row never written since it was created was last updated then.
+    updated_at = fields.optional("updated_at", _timestamp, None) or created_at
 
     memory_id = explicit_id
     if fields.record.get("id") is None and None not in (namespace, content, created_at):
@@ -380,11 +404,18 @@ def _read_memory(
         content=content,
         embedding=embedding,
         embedding_model=embedding_model,
+        embedded_content_sha=embedded_content_sha,
         importance=importance,
+        score=lifecycle.score,
         access_count=access_count,
         last_accessed_at=last_accessed_at,
         created_at=created_at,
+        updated_at=updated_at,
         pinned=pinned,
+        zone=lifecycle.zone,
+        zone_since=lifecycle.zone_since,
+        superseded_by=lifecycle.superseded_by,
+        stale=lifecycle.stale,
         tags=tags,
         metadata=metadata,
     )
@@ -404,6 +435,32 @@ def _read_namespace(fields: _FieldReader, default_namespace: str | None) -> str 
         fields.problem("namespace", "required field is missing and no default namespace was given")
         return None
     return fields.optional("namespace", _text, default_namespace)
+
+
+class _Lifecycle(NamedTuple):
+    """The pipeline-owned state of a row (what decay, retention and merges wrote)."""
+
+    zone: str
+    zone_since: dt.datetime | None
+    stale: bool
+    score: float | None
+    superseded_by: str | None
+
+
+def _read_lifecycle(fields: _FieldReader) -> _Lifecycle:
+    """The line's lifecycle fields; an absent one gets the store's default for a new row (active, visible)."""
+    zone = fields.optional("zone", _zone, DEFAULT_ZONE)
+    zone_since = fields.optional("zone_since", _timestamp, None)
+    if zone_since is not None and fields.record.get("zone") is None:
+        # The time says since when the row is in its zone; without the zone it would date the default one.
+        fields.problem("zone_since", "given without zone (the zone it dates)")
+    return _Lifecycle(
+        zone=zone,
+        zone_since=zone_since,
+        stale=fields.optional("stale", _boolean, False),
+        score=fields.optional("score", _unit_number, None),
+        superseded_by=fields.optional("superseded_by", _text, None),
+    )
 
 
 def _read_metadata(fields: _FieldReader) -> str | None:
@@ -464,9 +521,11 @@ def _one_of(options: Sequence[str]) -> Callable[[Any], str]:
 
 _tier = _one_of(records.TIERS)
 _kind = _one_of(records.KINDS)
+_zone = _one_of(records.ZONES)
 
 
-def _importance(value: Any) -> float:
+def _unit_number(value: Any) -> float:
+    """`importance` and `score`: a number in 0..1."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _Invalid(f"must be a number in 0..1, got {_brief(value)}")
     if not 0 <= value <= 1:  # NaN fails every comparison, so it is refused here too

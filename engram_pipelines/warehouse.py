@@ -50,6 +50,12 @@ PARTITIONED_TABLES = (
 class Warehouse:
     root: Path
 
+    def __post_init__(self) -> None:
+        # `Warehouse("data/warehouse")` is the natural call (a root read from a config or an env var is a
+        # str); without the coercion the first `root / table` fails far from here. Frozen: set it directly.
+        if not isinstance(self.root, Path):
+            object.__setattr__(self, "root", Path(self.root))
+
     def partition_dir(self, table: str, as_of: dt.date) -> Path:
         return self.root / table / f"as_of={as_of.isoformat()}"
 

@@ -41,6 +41,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def other_store_url(store_url: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A second, empty store of the same dialect as `store_url` (no schema yet): where a backup is restored."""
+    kind = "sqlite" if store_url.startswith("sqlite:") else "postgres"
+    (tmp_path / "other").mkdir()
+    return _url(kind, request, tmp_path / "other")
+
+
+@pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     s = open_store(store_url, migrate=True)
     yield s

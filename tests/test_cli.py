@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from engram_pipelines import records
+from engram_pipelines.changes.apply import apply_change_set
 from engram_pipelines.cli import main
 from engram_pipelines.store import open_store
+from engram_pipelines.warehouse import Warehouse
 from tests.changes_helpers import intent, propose
-from tests.conftest import memory
+from tests.conftest import T0, memory
 
 MIXED = Path(__file__).parent / "data" / "import_mixed.jsonl"
 
@@ -36,23 +40,101 @@ def test_import_keeps_every_good_line_and_reports_every_bad_one(store_url, tmp_p
     assert (again["imported"], again["already_present"]) == (0, 12)
 
 
-def test_export_round_trips_through_import(store_url, tmp_path, request):
+def _lifecycle_store(store_url: str, tmp_path: Path) -> None:
+    """An agent's import plus rows the pipeline archived, purge-queued, marked stale, scored, superseded."""
     run("import", str(MIXED), "--store", store_url, "--rejects", str(tmp_path / "r.jsonl"))
+    with open_store(store_url) as store:
+        store.insert_memories([memory(i) for i in range(1, 9)])
+        moved = {"from": "active"}
+        cs = propose(
+            store,
+            Warehouse(tmp_path / "wh"),
+            [
+                intent("m1", "move_zone", **moved, to="archived"),
+                intent("m2", "move_zone", **moved, to="purge_queue"),
+                intent("m3", "mark_stale", score=0.125),
+                intent("m4", "set_score", score=0.73),
+                intent("m5", "supersede", by="m6"),
+                intent("m7", "mark_stale", score=0.05),
+                intent("m7", "move_zone", **moved, to="archived"),
+                intent("m7", "supersede", by="m6"),
+            ],
+        )
+        assert apply_change_set(store, cs).applied == 6
+        store.insert_memories(
+            [
+                memory(9, embedded_content_sha="0123456789abcdef"),  # the hash the vector was made from
+                memory(10, embedding=None, embedding_model="test-384"),  # a model named without a vector
+                memory(11, pinned=True, zone_since=T0, score=0.9),
+            ]
+        )
+
+
+def test_export_round_trips_through_import(store_url, other_store_url, tmp_path):
+    _lifecycle_store(store_url, tmp_path)
     first = tmp_path / "first.jsonl"
     assert run("export", "--store", store_url, "--out", str(first))[0] == 0
-    other = f"sqlite:///{tmp_path}/copy.db"
-    code, out = run("import", str(first), "--store", other, "--json")
-    assert json.loads(out)["imported"] == 12 and json.loads(out)["rejected_lines"] == 0
+    code, out = run("import", str(first), "--store", other_store_url, "--json")
+    assert code == 0 and json.loads(out)["imported"] == 23 and json.loads(out)["rejected_lines"] == 0
+
+    with open_store(store_url) as before_store, open_store(other_store_url) as after_store:
+        ids = [row[0] for row in before_store.query("SELECT id FROM memories")]
+        before, after = before_store.read_memories(ids), after_store.read_memories(ids)
+        namespaces = sorted({row["namespace"] for row in before.values()})
+        recalled = [(before_store.recall(ns), after_store.recall(ns)) for ns in namespaces]
+    assert len(after) == len(before) == 23
+    assert {row["zone"] for row in before.values()} == {"active", "archived", "purge_queue"}
+    assert sum(row["superseded_by"] is not None for row in before.values()) == 2
+    assert sum(row["stale"] for row in before.values()) == 2
+    for memory_id, row in before.items():
+        copy = after[memory_id]
+        for column in records.MEMORY_COLUMNS:
+            if column != "version":
+                assert copy[column] == row[column], (memory_id, column)
+        assert (copy["embedding"] is None) == (row["embedding"] is None), memory_id
+        if row["embedding"] is not None:
+            np.testing.assert_array_equal(copy["embedding"], row["embedding"])
+        # The CAS counter is the store's own: the copy's history starts anew (see exporting._EXPORTED).
+        assert copy["version"] == 1
+    assert before["m1"]["version"] == 2
+    assert all(original == copy for original, copy in recalled)  # agents see the same rows, no more
+
     second = tmp_path / "second.jsonl"
-    run("export", "--store", other, "--out", str(second))
-    assert first.read_text() == second.read_text()
+    assert run("export", "--store", other_store_url, "--out", str(second))[0] == 0
+    assert first.read_bytes() == second.read_bytes()
+
+
+def test_a_tampered_backup_imports_its_good_lines_and_rejects_the_bad_ones(tmp_path):
+    url = f"sqlite:///{tmp_path}/source.db"
+    _lifecycle_store(url, tmp_path)
+    backup = tmp_path / "backup.jsonl"
+    run("export", "--store", url, "--out", str(backup))
+    lines = [json.loads(line) for line in backup.read_text().splitlines()]
+    lines[0]["zone"], lines[2]["score"], lines[3]["zone_since"] = "deleted", 7, "yesterday"
+    backup.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    rejects = tmp_path / "rejects.jsonl"
+    code, out = run(
+        "import", str(backup), "--store", f"sqlite:///{tmp_path}/copy.db", "--rejects", str(rejects), "--json"
+    )
+
+    summary = json.loads(out)
+    assert (code, summary["imported"], summary["rejected_lines"]) == (0, 20, 3)
+    written = [(r["line"], r["field"]) for r in map(json.loads, rejects.read_text().splitlines())]
+    assert written == [(1, "zone"), (3, "score"), (4, "zone_since")]
+
+
+def test_export_of_a_missing_store_creates_nothing(tmp_path):
+    missing = tmp_path / "nowhere" / "missing.db"
+    out = tmp_path / "backup.jsonl"
+    code, text = run("export", "--store", f"sqlite:///{missing}", "--out", str(out))
+    assert code == 1 and "no SQLite store" in text and "engram-pipelines init" in text
+    assert not missing.parent.exists() and not out.exists()
 
 
 def test_review_cycle_from_the_command_line(store_url, tmp_path):
     with open_store(store_url, migrate=True) as store:
         store.insert_memories([memory(1, tags=["a"]), memory(2, tags=["b"])])
-        from engram_pipelines.warehouse import Warehouse
-
         cs = propose(
             store,
             Warehouse(tmp_path / "wh"),

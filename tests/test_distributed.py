@@ -35,6 +35,12 @@ def test_reading_a_shard_loads_only_its_namespaces(tmp_path: Path):
     assert sorted(pa.concat_tables(shards)["id"].to_pylist()) == sorted(table["id"].to_pylist())
 
 
+def test_a_warehouse_root_may_be_a_str(tmp_path: Path):
+    assert Warehouse(str(tmp_path)).table_path("memories", AS_OF) == Warehouse(tmp_path).table_path(
+        "memories", AS_OF
+    )
+
+
 def test_combining_shards_fails_when_a_shard_is_missing(tmp_path: Path):
     wh = Warehouse(tmp_path)
     wh.write_shard("embeddings", AS_OF, 0, 2, pa.table({"namespace": ["a"]}))

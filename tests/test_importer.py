@@ -201,6 +201,20 @@ def test_mixed_file_values_and_defaults() -> None:
     assert rows[expected_id(21)]["created_at"] == dt.datetime(2024, 5, 5, 12, 0, 0, 123456, tzinfo=UTC)
 
 
+def test_a_file_without_lifecycle_fields_imports_every_row_active_and_visible() -> None:
+    # An agent's export carries no pipeline state: every row gets the store's defaults for a new row.
+    for row in parse_all(MIXED).rows.to_pylist():
+        assert (row["zone"], row["zone_since"], row["stale"], row["score"], row["superseded_by"]) == (
+            "active",
+            None,
+            False,
+            None,
+            None,
+        )
+        assert row["updated_at"] == row["created_at"]
+        assert row["embedded_content_sha"] is None
+
+
 def test_default_namespace_fills_only_lines_without_one() -> None:
     result = parse_all(MIXED, default_namespace="imported-ns")
 
@@ -227,20 +241,25 @@ def test_rows_have_the_import_schema() -> None:
         "content",
         "embedding",
         "embedding_model",
+        "embedded_content_sha",
         "importance",
+        "score",
         "access_count",
         "last_accessed_at",
         "created_at",
+        "updated_at",
         "pinned",
+        "zone",
+        "zone_since",
+        "superseded_by",
+        "stale",
         "tags",
         "metadata",
     ]
     for field in rows.schema:
         assert field.equals(full.field(field.name))
     assert rows.schema.field("created_at").type == pa.timestamp("us", tz="UTC")
-    store_filled = {"updated_at", "version", "zone", "zone_since", "score", "stale", "superseded_by"}
-    assert store_filled.isdisjoint(rows.column_names)
-    assert "embedded_content_sha" not in rows.column_names
+    assert set(full.names) - set(rows.column_names) == {"version"}  # the store's CAS counter starts at 1
 
 
 # --- ids -------------------------------------------------------------------------------------------------
@@ -399,6 +418,7 @@ def test_embedding_model_without_embedding_is_kept(tmp_path: Path) -> None:
 def test_optional_nulls_mean_default_but_required_nulls_are_errors(tmp_path: Path) -> None:
     nulls = dict.fromkeys(
         ["id", "tier", "kind", "importance", "access_count", "last_accessed_at", "tags", "pinned", "metadata"]
+        + ["updated_at", "embedded_content_sha", "zone", "zone_since", "stale", "score", "superseded_by"]
     )
     path = write_jsonl(
         tmp_path,
@@ -411,6 +431,14 @@ def test_optional_nulls_mean_default_but_required_nulls_are_errors(tmp_path: Pat
     row = result.rows.to_pylist()[0]
     assert (row["tier"], row["kind"], row["importance"], row["access_count"]) == ("stm", "episodic", 0.5, 0)
     assert (row["tags"], row["pinned"], row["metadata"]) == ("[]", False, "{}")
+    assert (row["zone"], row["zone_since"], row["stale"], row["score"], row["superseded_by"]) == (
+        "active",
+        None,
+        False,
+        None,
+        None,
+    )
+    assert (row["updated_at"], row["embedded_content_sha"]) == (row["created_at"], None)
     assert problems(result) == [
         (2, "content", "must be a non-empty string, got null"),
         (2, "created_at", "must be an ISO-8601 timestamp string with a zone, got null"),
@@ -464,6 +492,109 @@ def test_timestamp_rules(tmp_path: Path) -> None:
         (3, "created_at", "must be an ISO-8601 timestamp string with a zone, got 1717243200"),
         (4, "created_at", 'not an ISO-8601 timestamp: "0001-01-01T00:00:00+01:00"'),
         (5, "last_accessed_at", 'not an ISO-8601 timestamp: "soon"'),
+    ]
+
+
+def test_lifecycle_fields_are_read(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path,
+        memory(
+            id="archived",
+            zone="archived",
+            zone_since="2024-02-01T01:00:00+01:00",
+            stale=True,
+            score=0.125,
+            superseded_by="canonical",
+            updated_at="2024-02-01T00:00:00.000001Z",
+            embedding=[0.5, 0.5, 0.5, 0.5],
+            embedded_content_sha="0123456789abcdef",
+        ),
+        memory(id="queued", zone="purge_queue", score=0),
+        memory(id="scored", zone="active", zone_since="2024-01-02T00:00:00Z", score=1, stale=False),
+        # Kept without a vector, like embedding_model: the embedding step replaces both when it embeds.
+        memory(id="hash-only", embedded_content_sha="0123456789abcdef"),
+    )
+
+    result = parse_all(path, embedding_dim=4)
+
+    assert problems(result) == []
+    rows = {row["id"]: row for row in result.rows.to_pylist()}
+    archived = rows["archived"]
+    assert (archived["zone"], archived["stale"], archived["score"], archived["superseded_by"]) == (
+        "archived",
+        True,
+        0.125,
+        "canonical",
+    )
+    assert archived["zone_since"] == dt.datetime(2024, 2, 1, tzinfo=UTC)
+    assert archived["updated_at"] == dt.datetime(2024, 2, 1, 0, 0, 0, 1, tzinfo=UTC)
+    assert archived["embedded_content_sha"] == "0123456789abcdef"
+    assert (rows["queued"]["zone"], rows["queued"]["zone_since"], rows["queued"]["score"]) == (
+        "purge_queue",
+        None,  # no zone_since: retention counts the time in the zone from updated_at
+        0.0,
+    )
+    assert (
+        rows["scored"]["zone_since"] == dt.datetime(2024, 1, 2, tzinfo=UTC) and rows["scored"]["score"] == 1.0
+    )
+    assert (rows["hash-only"]["embedding"], rows["hash-only"]["embedded_content_sha"]) == (
+        None,
+        "0123456789abcdef",
+    )
+
+
+def test_lifecycle_rules(tmp_path: Path) -> None:
+    since = "2024-02-01T00:00:00Z"
+    path = write_jsonl(
+        tmp_path,
+        memory(zone="deleted"),
+        memory(zone="Archived", zone_since=since),
+        memory(zone_since=since),  # a time without the zone it dates
+        memory(zone=None, zone_since=since),
+        memory(zone="archived", zone_since="2024-02-01"),
+        memory(zone="archived", zone_since=1706745600),
+        memory(stale="true"),
+        memory(stale=1),
+        memory(score=1.5),
+        memory(score="0.3"),
+        memory(score=True),
+        '{"namespace": "ns", "content": "c", "created_at": "2024-01-01T00:00:00Z", "score": NaN}',
+        memory(superseded_by=""),
+        memory(superseded_by=42),
+        memory(updated_at="2024-03-01 10:00:00"),
+        memory(embedded_content_sha=["0123"]),
+        memory(zone="purge_queue", zone_since=since, stale=True, score=0.01, superseded_by="m-1"),
+        memory(zone="gone", stale="no", score=-1, superseded_by=" "),  # every problem of a line is reported
+    )
+
+    result = parse_all(path)
+
+    assert problems(result) == [
+        (1, "zone", 'must be one of active, archived, purge_queue, got "deleted"'),
+        (2, "zone", 'must be one of active, archived, purge_queue, got "Archived"'),
+        (3, "zone_since", "given without zone (the zone it dates)"),
+        (4, "zone_since", "given without zone (the zone it dates)"),
+        (5, "zone_since", f"timestamp '2024-02-01' {NO_ZONE}"),
+        (6, "zone_since", "must be an ISO-8601 timestamp string with a zone, got 1706745600"),
+        (7, "stale", 'must be true or false, got "true"'),
+        (8, "stale", "must be true or false, got 1"),
+        (9, "score", "must be within 0..1, got 1.5"),
+        (10, "score", 'must be a number in 0..1, got "0.3"'),
+        (11, "score", "must be a number in 0..1, got true"),
+        (12, "score", "must be within 0..1, got NaN"),
+        (13, "superseded_by", 'must be a non-empty string, got ""'),
+        (14, "superseded_by", "must be a non-empty string, got 42"),
+        (15, "updated_at", f"timestamp '2024-03-01 10:00:00' {NO_ZONE}"),
+        (16, "embedded_content_sha", 'must be a non-empty string, got ["0123"]'),
+        (18, "zone", 'must be one of active, archived, purge_queue, got "gone"'),
+        (18, "stale", 'must be true or false, got "no"'),
+        (18, "score", "must be within 0..1, got -1"),
+        (18, "superseded_by", 'must be a non-empty string, got " "'),
+    ]
+    assert result.rejected_lines == 17
+    good = result.rows.to_pylist()
+    assert [(row["zone"], row["stale"], row["superseded_by"]) for row in good] == [
+        ("purge_queue", True, "m-1")
     ]
 
 
@@ -527,11 +658,19 @@ def test_metadata_ids_merge_unless_they_conflict(tmp_path: Path) -> None:
 
 
 def test_unknown_fields_are_each_reported(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path, memory(emebdding=[1.0], colour="blue"))
+    path = write_jsonl(
+        tmp_path,
+        memory(emebdding=[1.0], colour="blue"),
+        memory(zone_snice="2024-01-01T00:00:00Z", superseeded_by="m1", scor=0.5, updatedAt="x"),
+    )
 
     assert problems(parse_all(path)) == [
         (1, "emebdding", "unknown field (did you mean 'embedding'?)"),
         (1, "colour", "unknown field"),
+        (2, "zone_snice", "unknown field (did you mean 'zone_since'?)"),
+        (2, "superseeded_by", "unknown field (did you mean 'superseded_by'?)"),
+        (2, "scor", "unknown field (did you mean 'score'?)"),
+        (2, "updatedAt", "unknown field (did you mean 'updated_at'?)"),
     ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 
 import numpy as np
 import pytest
@@ -19,9 +20,18 @@ def test_migrations_are_versioned_and_idempotent(store):
 
 
 def test_a_store_behind_the_schema_names_the_fix(tmp_path):
-    url = f"sqlite:///{tmp_path}/old.db"
-    with pytest.raises(MigrationRequired, match="engram-pipelines init --store"):
-        open_store(url)
+    sqlite3.connect(tmp_path / "old.db").close()  # an empty database: schema version 0
+    with pytest.raises(MigrationRequired, match="schema version 0.*engram-pipelines init --store"):
+        open_store(f"sqlite:///{tmp_path}/old.db")
+
+
+def test_a_missing_sqlite_store_is_named_and_not_created(tmp_path):
+    missing = tmp_path / "typo" / "engram.db"
+    with pytest.raises(MigrationRequired, match="no SQLite store at .*engram-pipelines init --store"):
+        open_store(f"sqlite:///{missing}")
+    assert not missing.parent.exists()
+    with open_store(f"sqlite:///{missing}", migrate=True) as store:  # `init` and `import` create it
+        assert store.schema_version() == LATEST_VERSION
 
 
 def test_unknown_url_is_a_clear_error():
@@ -72,6 +82,16 @@ def test_streamed_batches_cover_every_row(store):
     assert ids == sorted(f"m{i}" for i in range(25))
     first = batches[0].column("embedding")[0].as_py()
     assert len(first) == 384
+
+
+def test_a_read_between_streamed_batches_leaves_the_stream_open(store):
+    # What export does for a row its fixed-size batch cannot hold (a vector of another dimension).
+    store.insert_memories([memory(i) for i in range(25)])
+    ids: list[str] = []
+    for batch in store.iter_memory_batches(10, 384):
+        ids += batch.column("id").to_pylist()
+        assert set(store.read_memories(ids[-1:])) == {ids[-1]}
+    assert ids == sorted(f"m{i}" for i in range(25))
 
 
 @pytest.mark.postgres

@@ -33,13 +33,14 @@ __all__ = [
 def open_store(url: str, *, migrate: bool = False, require_schema: bool = True) -> Store:
     """Open the store at `url` (sqlite:///path or postgresql://...).
 
-    With `migrate`, pending migrations are applied; otherwise a store behind the code's schema raises
-    MigrationRequired naming the command that fixes it.
+    With `migrate`, pending migrations are applied (a missing SQLite file is created); otherwise a store
+    behind the code's schema, or a SQLite file that does not exist, raises MigrationRequired naming the
+    command that fixes it.
     """
     if url.startswith("sqlite:"):
         from engram_pipelines.store.sqlite import SQLiteStore
 
-        store: Store = SQLiteStore(url)
+        store: Store = SQLiteStore(url, create=migrate)
     elif url.startswith(("postgresql://", "postgres://")):
         from engram_pipelines.store.postgres import PostgresStore
 

@@ -90,6 +90,7 @@ class PostgresStore(Store):
                 f"cannot connect to PostgreSQL store {self.redacted_url}: {exc}".strip()
             ) from None
         self.vector_oid: int | None = None
+        self._streams_open = 0
         self._register_vector(conn)
         return conn
 
@@ -136,6 +137,29 @@ class PostgresStore(Store):
             with self.conn.cursor() as cur:
                 cur.execute("SELECT pg_advisory_unlock(hashtext('engram-pipelines apply'))")
             self.conn.commit()
+
+    @contextmanager
+    def read_transaction(self) -> Iterator[None]:
+        # A read between two batches of a streamed read (export fetches the few rows its batches cannot hold)
+        # joins the stream's transaction: ending it would close the stream's server-side cursor under it.
+        if self._streams_open:
+            yield
+            return
+        try:
+            yield
+        finally:
+            self.conn.rollback()
+
+    @contextmanager
+    def _stream(self, name: str) -> Iterator[psycopg.ServerCursor]:
+        """A server-side cursor for a streamed read; its transaction ends when the stream does."""
+        self._streams_open += 1
+        try:
+            with self.conn.cursor(name=name, binary=True) as cur:
+                yield cur
+        finally:
+            self._streams_open -= 1
+            self.conn.rollback()
 
     @contextmanager
     def write_transaction(self) -> Iterator[psycopg.Cursor]:
@@ -264,7 +288,7 @@ class PostgresStore(Store):
         schema = records.memory_schema(embedding_dim)
         columns = schema.names
         select = [f"{c}::text" if c in JSON_COLUMNS else c for c in columns]
-        with self.conn.cursor(name="engram_snapshot", binary=True) as cur:
+        with self._stream("engram_snapshot") as cur:
             cur.itersize = batch_size
             cur.execute(f"SELECT {', '.join(select)} FROM memories ORDER BY id")
             while rows := cur.fetchmany(batch_size):
@@ -278,10 +302,9 @@ class PostgresStore(Store):
                     else:
                         arrays.append(pa.array(values, type=schema.field(name).type))
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-        self.conn.rollback()
 
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
-        with self.conn.cursor(name="engram_links", binary=True) as cur:
+        with self._stream("engram_links") as cur:
             cur.itersize = batch_size
             cur.execute(
                 f"SELECT {', '.join(records.LINK_COLUMNS)} FROM memory_links ORDER BY src_id, dst_id, kind"
@@ -290,7 +313,6 @@ class PostgresStore(Store):
                 cols = list(zip(*rows, strict=True))
                 arrays = [pa.array(v, type=f.type) for v, f in zip(cols, records.LINK_FIELDS, strict=True)]
                 yield pa.RecordBatch.from_arrays(arrays, schema=records.LINK_SCHEMA)
-        self.conn.rollback()
 
 
 def _vector_array(vectors: Sequence[np.ndarray | None], dim: int) -> pa.FixedSizeListArray:

@@ -20,7 +20,14 @@ import numpy as np
 import pyarrow as pa
 
 from engram_pipelines import records
-from engram_pipelines.store.base import BOOL_COLUMNS, JSON_COLUMNS, TIMESTAMP_COLUMNS, Store, StoreError
+from engram_pipelines.store.base import (
+    BOOL_COLUMNS,
+    JSON_COLUMNS,
+    TIMESTAMP_COLUMNS,
+    MigrationRequired,
+    Store,
+    StoreError,
+)
 from engram_pipelines.timestamps import format_timestamp, parse_timestamp
 
 BUSY_TIMEOUT_MS = 10_000
@@ -30,16 +37,29 @@ _LINK_TS = ("created_at", "updated_at", "traversed_at")
 class SQLiteStore(Store):
     dialect = "sqlite"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        """Open the store at `url`; without `create`, only an existing file is opened (else MigrationRequired)."""
         self.path = sqlite_path(url)
+        self.create = create
         super().__init__(url)
 
     def _connect(self) -> sqlite3.Connection:
-        if str(self.path) != ":memory:":
+        in_memory = str(self.path) == ":memory:"
+        if self.create and not in_memory:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        target, uri = str(self.path), False
+        if not (self.create or in_memory):
+            # mode=rw opens an existing file only: a command that does not create the schema (export, list,
+            # ...) must fail on a mistyped path without leaving an empty database behind.
+            target, uri = self.path.absolute().as_uri() + "?mode=rw", True
         try:
-            conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+            conn = sqlite3.connect(target, uri=uri, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
         except sqlite3.OperationalError as exc:
+            if not self.create and not self.path.exists():
+                raise MigrationRequired(
+                    f"no SQLite store at {self.path}: run `engram-pipelines init --store {self.redacted_url}` "
+                    "to create one"
+                ) from None
             raise StoreError(f"cannot open SQLite store {self.path}: {exc}") from None
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
