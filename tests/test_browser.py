@@ -166,14 +166,11 @@ def _wait_for_server(proc: subprocess.Popen[bytes], base: str, log: Path) -> Non
 
 
 def _materialise_decay_preview(demo: Demo, log: Path) -> None:
-    """The preview is not a nightly step: materialise it as a user would, from the command line.
-
-    In-process: the default executor starts a subprocess per step, ~10 s more on 2 cores.
-    """
-    in_process = json.dumps({"execution": {"config": {"in_process": {}}}})
+    """The preview is not a nightly step: materialise it as a user would, from the command line (in process:
+    the code location's executor is `execution.executor`, in_process by default)."""
     _run(
         [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "assets.definitions"]
-        + ["--select", "decay_preview", "--partition", demo.as_of, "--config-json", in_process],
+        + ["--select", "decay_preview", "--partition", demo.as_of],
         demo.env,
         log,
     )
