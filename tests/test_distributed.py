@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -69,15 +72,23 @@ def _run(tmp_path: Path, name: str, execution: dict[str, object]) -> dict[str, o
 
 
 def test_the_nightly_on_a_dask_cluster_gets_the_same_change_set_as_one_process(tmp_path: Path):
-    """Three shards on three Dask worker processes against one unsharded process: the same change sets."""
-    from dask.distributed import LocalCluster
-
+    """Three shards on a local Dask cluster of three worker processes against one unsharded process: the same
+    change sets. The Dask run is `engram-pipelines run` in its own process, as a user starts it: the executor
+    starts the cluster (execution.dask_scheduler empty) and stops it after the run."""
     reference = _run(tmp_path, "in_process", {"executor": "in_process", "shards": 1})
     assert reference["processes"] == 1
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        on_dask = _run(
-            tmp_path, "dask", {"executor": "dask", "dask_scheduler": cluster.scheduler_address, "shards": 3}
-        )
+    store = _demo(tmp_path / "dask.db")
+    config = _config(tmp_path / "dask.yaml", {"executor": "dask", "max_concurrent": 3, "shards": 3})
+    done = subprocess.run(
+        [sys.executable, "-m", "engram_pipelines.cli", "run", "--as-of", AS_OF.isoformat(), "--store", store]
+        + ["--warehouse", str(tmp_path / "dask"), "--config", config, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    on_dask = json.loads(done.stdout)
     for step in ("change_set", "applied_changes", "similarity_pairs", "duplicates", "consolidation"):
         assert reference["steps"][step] == on_dask["steps"][step], step
     assert on_dask["steps"]["change_set"]["auto_changes"] > 0
