@@ -2,9 +2,8 @@
 
 The Dask executor is dagster-dask's, with one change: Dagster's run and plan state travel to the workers
 sealed in an opaque box. dask walks every tuple among a task's arguments to find futures (2024.10 to 2026.8
-were tried), and
-Dagster's `@record` types (a DagsterRun carries them for partitioned runs and pools) refuse iteration, so
-dagster-dask 0.29's executor fails on any partitioned job. The box is pickled like any object; the workers run
+were tried), and Dagster's `@record` types (a DagsterRun carries them for partitioned runs and pools) refuse
+iteration, so dagster-dask 0.29's executor fails on any partitioned job. The box is pickled like any object; the workers run
 dagster-dask's own `query_on_dask_worker`.
 """
 
