@@ -5,7 +5,6 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from assets.metadata import Lineage, column_lineage, sample_markdown, standard, value_counts
 from assets.partitions import as_of_date, as_of_partitions
@@ -19,6 +18,7 @@ from engram_pipelines.pair_cache import cached_vector_pairs
 from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs
 from engram_pipelines.plots import cluster_sizes, markdown_image, similarity_histogram
 from engram_pipelines.progress import LogProgress
+from engram_pipelines.retention import leaving_active
 from engram_pipelines.timestamps import end_of_day
 from engram_pipelines.vectors import partition_vectors
 from engram_pipelines.warehouse import Warehouse
@@ -309,8 +309,4 @@ def _contradiction_pairs(wh, as_of) -> pa.Table:
 
 
 def _leaving_active(wh: Warehouse, as_of: dt.date) -> frozenset[str]:
-    """Rows this run's retention moves out of Active: merging into (or out of) them would hide a visible row
-    behind an archived canonical once both change sets land, so they take no part in a merge."""
-    moves = wh.read_table("retention", as_of, columns=["id", "from_zone", "to_zone"])
-    leaving = pc.and_(pc.equal(moves["from_zone"], "active"), pc.not_equal(moves["to_zone"], "active"))
-    return frozenset(moves.filter(leaving)["id"].to_pylist())
+    return leaving_active(wh.read_table("retention", as_of, columns=["id", "from_zone", "to_zone"]))

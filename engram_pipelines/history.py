@@ -23,7 +23,7 @@ from engram_pipelines.decay import decay_scores
 from engram_pipelines.merges import collapse_duplicates, consolidate
 from engram_pipelines.progress import Progress, SilentProgress
 from engram_pipelines.promotion import promotions
-from engram_pipelines.retention import retention_moves
+from engram_pipelines.retention import leaving_active, retention_moves
 from engram_pipelines.timestamps import end_of_day
 from engram_pipelines.warehouse import Warehouse
 
@@ -92,8 +92,11 @@ def backfill(
         promoted = promotions(state, scores, day_links, config)
         moves = retention_moves(state, scores, config, at)
         day_pairs = pairs_as_of(pairs, state)
-        dup = collapse_duplicates(day_pairs, state, threshold=config.similarity.duplicate_threshold, at=at)
-        taken = frozenset(loser for c in dup.clusters for loser, _ in c.losers)
+        leaving = leaving_active(moves)  # as the nightly merges do
+        dup = collapse_duplicates(
+            day_pairs, state, threshold=config.similarity.duplicate_threshold, at=at, excluded_ids=leaving
+        )
+        taken = frozenset(loser for c in dup.clusters for loser, _ in c.losers) | leaving
         merge = consolidate(
             day_pairs,
             state,

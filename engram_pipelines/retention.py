@@ -15,6 +15,7 @@ import datetime as dt
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.config import Config
@@ -82,6 +83,13 @@ def _group_sql(config: Config, group: str, as_of: dt.datetime) -> str:
             OR (m.zone = 'archived' AND {in_zone} > {r.archive_grace_days})
             OR (m.zone = 'purge_queue' AND {in_zone} > {r.purge_grace_days}))))
     """
+
+
+def leaving_active(moves: pa.Table) -> frozenset[str]:
+    """Rows these moves take out of Active. They take no part in a merge of the same run: a merge into (or out
+    of) one would hide a visible row behind an archived canonical once both change sets land."""
+    leaving = pc.and_(pc.equal(moves["from_zone"], "active"), pc.not_equal(moves["to_zone"], "active"))
+    return frozenset(moves.filter(leaving)["id"].to_pylist())
 
 
 def retention_moves(memories: pa.Table, scores: pa.Table, config: Config, as_of: dt.datetime) -> pa.Table:
