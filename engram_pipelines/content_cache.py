@@ -12,7 +12,8 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from engram_pipelines.warehouse import write_parquet
 
 
 class ContentCache:
@@ -36,8 +37,5 @@ class ContentCache:
         """Store rows keyed by their `sha` column."""
         if table.num_rows == 0:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256("".join(sorted(table["sha"].to_pylist())).encode()).hexdigest()[:16]
-        path = self.directory / f"part-{digest}.parquet"
-        pq.write_table(table, path.with_suffix(".tmp"), compression="zstd")
-        path.with_suffix(".tmp").rename(path)
+        write_parquet(table, self.directory / f"part-{digest}.parquet")

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from engram_pipelines.pairs import PAIR_SCHEMA, vector_pairs
 from engram_pipelines.progress import Progress
+from engram_pipelines.warehouse import write_parquet
 
 FINGERPRINTS = pa.schema([pa.field("namespace", pa.string()), pa.field("fingerprint", pa.string())])
 
@@ -74,10 +75,7 @@ def cached_vector_pairs(
     fresh, methods = vector_pairs(changed, threshold, exact_cutoff=exact_cutoff, progress=progress)
     reused = stored.filter(pc.is_in(stored["namespace"], value_set=same)) if stored is not None else None
     pairs = pa.concat_tables([t.cast(PAIR_SCHEMA) for t in (reused, fresh) if t is not None])
-    directory.mkdir(parents=True, exist_ok=True)
-    keep = pairs.replace_schema_metadata({"fingerprints": json.dumps(tonight.to_pylist())})
-    pq.write_table(keep, path.with_suffix(".tmp"), compression="zstd")
-    path.with_suffix(".tmp").rename(path)
+    write_parquet(pairs.replace_schema_metadata({"fingerprints": json.dumps(tonight.to_pylist())}), path)
     return CachedPairs(pairs, methods, len(same), tonight.num_rows - len(same))
 
 

@@ -46,6 +46,15 @@ PARTITIONED_TABLES = (
 )
 
 
+def write_parquet(table: pa.Table, path: Path, **options: object) -> Path:
+    """Write `table` to `path` whole or not at all: aside first, then renamed over (a reader never sees half)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(".tmp")
+    pq.write_table(table, staging, compression="zstd", **options)
+    staging.rename(path)
+    return path
+
+
 @dataclass(frozen=True)
 class Warehouse:
     root: Path
@@ -100,11 +109,7 @@ class Warehouse:
         )
 
     def write_shard(self, table: str, as_of: dt.date, shard: int, shards: int, data: pa.Table) -> Path:
-        path = self.shard_path(table, as_of, shard, shards)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(data, path.with_suffix(".tmp"), compression="zstd")
-        path.with_suffix(".tmp").rename(path)
-        return path
+        return write_parquet(data, self.shard_path(table, as_of, shard, shards))
 
     def read_shards(self, table: str, as_of: dt.date, shards: int) -> pa.Table:
         """Every shard's part, in shard order; a missing shard is an error (its step did not finish)."""
@@ -116,13 +121,7 @@ class Warehouse:
 
     def write_proposals(self, source: str, as_of: dt.date, intents: pa.Table) -> Path:
         """One analysis's intents for a partition (read back by the change-set step)."""
-        directory = self.partition_dir("proposals", as_of)
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{source}.parquet"
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(intents, tmp, compression="zstd")
-        tmp.rename(path)
-        return path
+        return write_parquet(intents, self.partition_dir("proposals", as_of) / f"{source}.parquet")
 
     def read_proposals(self, as_of: dt.date, sources: list[str]) -> list[pa.Table]:
         directory = self.partition_dir("proposals", as_of)

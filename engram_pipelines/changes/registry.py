@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from engram_pipelines.changes.compose import CHANGE_SCHEMA, change_set_id_of
 from engram_pipelines.store import ChangeSetRecord, Store
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse import Warehouse, write_parquet
 
 
 class ChangeSetNotFound(LookupError):
@@ -38,11 +38,8 @@ def store_change_set(
     change_set_id = change_set_id_of(table)
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     path = warehouse.change_set_path(change_set_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(table, tmp, compression="zstd", write_statistics=True)
-        tmp.rename(path)
+        write_parquet(table, path, write_statistics=True)
     record = ChangeSetRecord(
         change_set_id=change_set_id,
         created_at=created_at,
