@@ -1,10 +1,13 @@
 """Similarity: comparable vectors, similar pairs, duplicate collapse (auto) and consolidation (gated)."""
 
 import datetime as dt
+import json
+from collections import Counter
 from typing import Any
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from assets.metadata import Lineage, column_lineage, sample_markdown, standard, value_counts
 from assets.partitions import as_of_date, as_of_partitions
@@ -101,8 +104,15 @@ def _pair_shard(
         progress=LogProgress(context.log),
     )
     memories = wh.read_shard("memories", as_of, shard, shards, columns=_MERGE_COLUMNS)
+    pairs = merged_pairs(found.pairs, exact_content_pairs(memories))
+    # The shard's counts travel with its part (the combine step may run in another process).
+    counts = {"rows_by_method": found.methods, "namespaces_reused": found.reused_namespaces}
     wh.write_shard(
-        "similarity_pairs", as_of, shard, shards, merged_pairs(found.pairs, exact_content_pairs(memories))
+        "similarity_pairs",
+        as_of,
+        shard,
+        shards,
+        pairs.replace_schema_metadata({"counts": json.dumps(counts)}),
     )
     context.log.info(
         f"shard {shard}/{shards}: {found.pairs.num_rows} vector pairs; namespaces compared "
@@ -115,10 +125,21 @@ def _combine_pairs(
     context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shards: int
 ) -> dict[str, Any]:
     order = [("namespace", "ascending"), ("left_id", "ascending"), ("right_id", "ascending")]
-    pairs = wh.read_shards("similarity_pairs", as_of, shards).sort_by(order)
+    parts = wh.read_shards("similarity_pairs", as_of, shards)
+    pairs = parts.sort_by(order).replace_schema_metadata(None)
     wh.write_table("similarity_pairs", as_of, pairs)
+    methods: Counter[str] = Counter()
+    reused = 0
+    for shard in range(shards):
+        counts = json.loads(
+            pq.read_schema(wh.shard_path("similarity_pairs", as_of, shard, shards)).metadata[b"counts"]
+        )
+        methods.update(counts["rows_by_method"])
+        reused += counts["namespaces_reused"]
     return {
         **standard(PAIR_SCHEMA, pairs.num_rows),
+        "rows_by_method": dg.MetadataValue.json(dict(methods)),  # rows compared this run, by engine method
+        "namespaces_reused": reused,
         "dagster/column_lineage": column_lineage(_PAIRS_LINEAGE),
         "exact_content_pairs": int(pa.compute.sum(pairs["exact_content"]).as_py() or 0),
         "threshold": config.similarity.lowest_threshold,

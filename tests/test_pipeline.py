@@ -203,6 +203,9 @@ def test_column_lineage_names_only_columns_the_upstream_assets_have(tmp_path: Pa
     change_set = metadata["change_set"]["dagster/column_lineage"].column_lineage
     named = {dep.asset_key.to_user_string() for deps in change_set.deps_by_column.values() for dep in deps}
     assert set(ANALYSIS_SOURCES) <= named, "every analysis's proposals flow into the change set"
+    # The shard steps' counts reach the combined asset's page (a fresh warehouse: every namespace compared).
+    pairs = metadata["similarity_pairs"]
+    assert sum(pairs["rows_by_method"].value.values()) > 0 and pairs["namespaces_reused"].value == 0
 
 
 def test_the_nightly_schedule_runs_the_utc_day_that_just_ended():
