@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,40 +63,33 @@ _BATCH = 1000
 def _revert_entries(
     store: Store, audit: list[dict[str, Any]], actor: str, revert_set: str, result: RevertResult
 ) -> None:
-    """Newest first; consecutive link writes and row updates go to the store in batches (one transaction each),
+    """Newest first; runs of link writes and of row updates go to the store in batches (one transaction each),
     so reverting a nightly's hundreds of thousands of changes does not take a transaction per change."""
-    change_set_id = result.change_set_id
-    links: list[dict[str, Any]] = []
-    updates: list[dict[str, Any]] = []
-
-    def flush() -> None:
-        if links:
-            _revert_links(store, links, actor, revert_set, result)
-            links.clear()
-        if updates:
-            _revert_updates(store, updates, actor, revert_set, result)
-            updates.clear()
-
-    for entry in reversed(audit):
-        kind = "link" if entry["target_kind"] == "link" else "update"
-        is_update = entry["op"] != "insert" and not (entry["before"] is not None and entry["after"] is None)
-        if kind == "link":
-            if updates or len(links) >= _BATCH:
-                flush()
-            links.append(entry)
-        elif is_update:
-            if links or len(updates) >= _BATCH:
-                flush()
-            updates.append(entry)
-        else:
-            flush()
-            if entry["op"] == "insert":
+    batched = {"link": _revert_links, "update": _revert_updates}
+    for kind, run in itertools.groupby(reversed(audit), key=_entry_kind):
+        entries = list(run)
+        if kind in batched:
+            for start in range(0, len(entries), _BATCH):
+                batched[kind](store, entries[start : start + _BATCH], actor, revert_set, result)
+        elif kind == "insert":
+            for entry in entries:
                 _revert_insert(store, entry, actor, revert_set, result)
-            elif store.restore_preimage(entry["before"], actor=actor, reason=f"revert of {change_set_id}"):
-                result.reverted += 1
-            else:
-                result.skipped_edited_since.append(entry["target_id"])
-    flush()
+        else:  # a deleted row: back from its pre-image
+            for entry in entries:
+                if store.restore_preimage(
+                    entry["before"], actor=actor, reason=f"revert of {result.change_set_id}"
+                ):
+                    result.reverted += 1
+                else:
+                    result.skipped_edited_since.append(entry["target_id"])
+
+
+def _entry_kind(entry: dict[str, Any]) -> str:
+    if entry["target_kind"] == "link":
+        return "link"
+    if entry["op"] == "insert":
+        return "insert"
+    return "deleted" if entry["before"] is not None and entry["after"] is None else "update"
 
 
 def _revert_updates(
