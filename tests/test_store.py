@@ -8,7 +8,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from engram_pipelines.store import MigrationRequired, StoreError, VersionConflict, open_store
+from engram_pipelines.store import MigrationRequired, StoreError, VersionConflict, open_store, sqlite
 from engram_pipelines.store.migrations import LATEST_VERSION
 from tests.conftest import T0, memory
 
@@ -100,3 +100,17 @@ def test_postgres_uses_pgvector_when_the_extension_exists(pg_server):
     with open_store(url, migrate=True) as store:
         expected = "vector" if pg_server.has_pgvector else "bytea"
         assert store.embedding_column_type().startswith(expected)
+
+
+def test_sqlite_checkpoints_rarely_during_an_apply_and_restores_after(tmp_path):
+    with open_store(f"sqlite:///{tmp_path}/s.db", migrate=True) as store:
+        pragma = store.conn.execute
+        defaults = (
+            pragma("PRAGMA wal_autocheckpoint").fetchone()[0],
+            pragma("PRAGMA cache_size").fetchone()[0],
+        )
+        with store.exclusive_apply():
+            assert pragma("PRAGMA wal_autocheckpoint").fetchone()[0] == sqlite.APPLY_WAL_PAGES
+            assert pragma("PRAGMA cache_size").fetchone()[0] == sqlite.APPLY_CACHE_KIB
+        after = (pragma("PRAGMA wal_autocheckpoint").fetchone()[0], pragma("PRAGMA cache_size").fetchone()[0])
+        assert after == defaults

@@ -31,6 +31,8 @@ from engram_pipelines.store.base import (
 from engram_pipelines.timestamps import format_timestamp, parse_timestamp
 
 BUSY_TIMEOUT_MS = 10_000
+APPLY_WAL_PAGES = 65_536  # 256 MB of WAL between checkpoints during an apply
+APPLY_CACHE_KIB = -262_144  # negative: KiB, so 256 MB of page cache
 _LINK_TS = ("created_at", "updated_at", "traversed_at")
 
 
@@ -87,9 +89,29 @@ class SQLiteStore(Store):
         with open(f"{self.path}.apply-lock", "a+") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)  # waits for a running apply; freed if its process dies
             try:
-                yield
+                with self._bulk_writes():
+                    yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+    @contextmanager
+    def _bulk_writes(self) -> Iterator[None]:
+        """Checkpoint the WAL rarely while an apply runs, then once at the end.
+
+        An apply rewrites the same index and ledger pages in every batch; checkpointing every 1,000 WAL pages
+        (SQLite's default) copied them into the database file again and again (measured at 100k memories: 89 s
+        with the default, 58 s with this). Durability is unchanged: commits go to the WAL either way.
+        """
+        settings = {"wal_autocheckpoint": APPLY_WAL_PAGES, "cache_size": APPLY_CACHE_KIB}
+        before = {name: self.conn.execute(f"PRAGMA {name}").fetchone()[0] for name in settings}
+        for name, value in settings.items():
+            self.conn.execute(f"PRAGMA {name} = {value}")
+        try:
+            yield
+        finally:
+            for name, value in before.items():
+                self.conn.execute(f"PRAGMA {name} = {value}")
+            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     @contextmanager
     def read_transaction(self) -> Iterator[None]:
