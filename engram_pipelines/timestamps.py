@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
 UTC = dt.UTC
 
@@ -25,6 +26,7 @@ def parse_timestamp(value: str | dt.datetime) -> dt.datetime:
     return parsed.astimezone(UTC)
 
 
+@functools.lru_cache(maxsize=65_536)  # a change set stamps the same few instants on millions of rows
 def format_timestamp(value: dt.datetime | None) -> str | None:
     """The store's canonical text form: `YYYY-MM-DDTHH:MM:SS.ffffffZ` (sorts as it compares)."""
     if value is None:

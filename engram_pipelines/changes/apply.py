@@ -10,7 +10,6 @@ Changes already in the ledger are skipped, so a re-run is a no-op and a crashed 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engram_pipelines import jsontext
 from engram_pipelines.changes.intents import Ineligible, Intent, check_eligible, diff, fold, hides
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.progress import Progress, SilentProgress
@@ -173,7 +173,7 @@ class _Context:
         second: list[MemoryWrite] = []
         for change in misses:
             row = fresh.get(change["target_id"])
-            intents = [Intent(**i) for i in json.loads(change["intents"])]
+            intents = [Intent(**i) for i in jsontext.loads(change["intents"])]
             try:
                 check_eligible(intents, row, _guard_values(change))
                 assert row is not None
@@ -206,7 +206,7 @@ class _Context:
         self.store.record_outcomes(self.change_set_id, outcomes)
 
     def inserts(self, chunk: list[dict[str, Any]]) -> None:
-        rows = [(change["change_id"], _decode_row(json.loads(change["patch"]))) for change in chunk]
+        rows = [(change["change_id"], _decode_row(jsontext.loads(change["patch"]))) for change in chunk]
         landed = self.store.insert_memories_once(rows, actor=self.actor, change_set_id=self.change_set_id)
         self.store.record_outcomes(
             self.change_set_id,
@@ -219,7 +219,7 @@ class _Context:
 
     def links(self, chunk: list[dict[str, Any]]) -> None:
         writes = [
-            LinkWrite(change["change_id"], change["op"], json.loads(change["patch"])) for change in chunk
+            LinkWrite(change["change_id"], change["op"], jsontext.loads(change["patch"])) for change in chunk
         ]
         self.store.write_links(writes, actor=self.actor, change_set_id=self.change_set_id, at=self.at)
 
@@ -247,7 +247,7 @@ def _first_attempt(change: dict[str, Any]) -> MemoryWrite:
         guard=Guard(
             change["guard_access_count"], change["guard_last_accessed_at"], bool(change["guard_pinned"])
         ),
-        hides=change["op"] == "delete" or hides([Intent(**i) for i in json.loads(change["intents"])]),
+        hides=change["op"] == "delete" or hides([Intent(**i) for i in jsontext.loads(change["intents"])]),
     )
 
 

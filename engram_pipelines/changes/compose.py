@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 from collections import defaultdict
 from typing import Any
 
@@ -17,18 +16,16 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines import records
+from engram_pipelines import jsontext, records
 from engram_pipelines.changes.intents import (
     ALL_OPS,
     INSERT,
     PURGE,
     Intent,
-    content_sha,
     diff,
     fold,
     select_intents,
 )
-from engram_pipelines.timestamps import format_timestamp
 
 REVIEW_CLASSES = ("auto", "gated")
 
@@ -83,8 +80,8 @@ def intents_table(rows: list[dict[str, Any]]) -> pa.Table:
         prepared.append(
             {
                 **row,
-                "params": _dumps(row.get("params", {})),
-                "evidence": _dumps(row.get("evidence", {})),
+                "params": jsontext.dumps(row.get("params", {})),
+                "evidence": jsontext.dumps(row.get("evidence", {})),
                 "reason": row.get("reason", ""),
                 "cluster_id": row.get("cluster_id"),
                 "target_kind": row.get("target_kind", "memory"),
@@ -93,29 +90,26 @@ def intents_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(prepared, schema=INTENT_SCHEMA)
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_default)
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return format_timestamp(value)
-    if hasattr(value, "item"):
-        return value.item()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"cannot serialise {type(value).__name__}")
+# What the fold and the guards read of a target row; content only as its digest (`content_sha`).
+_FOLD_COLUMNS = (
+    "id, version, access_count, last_accessed_at, pinned, tier, kind, score, stale, zone, zone_since, "
+    "superseded_by, tags, metadata, sha256(content)[:16] AS content_sha"
+)
 
 
 def snapshot_rows(memories: pa.Table, ids: list[str]) -> dict[str, dict[str, Any]]:
-    """The snapshot rows of `ids` as python dicts (tags and metadata decoded)."""
+    """The snapshot rows of `ids` as python dicts: the columns the fold and the guards read, tags and
+    metadata decoded."""
     if not ids:
         return {}
-    wanted = memories.drop_columns(["embedding"]).filter(pc.is_in(memories["id"], pa.array(ids)))
+    con = duckdb.connect()
+    con.register("memories", memories.drop_columns(["embedding"]))
+    con.register("wanted", pa.table({"id": pa.array(ids, pa.string())}))
+    wanted = con.sql(f"SELECT {_FOLD_COLUMNS} FROM memories SEMI JOIN wanted USING (id)").to_arrow_table()
     rows = {}
     for row in wanted.to_pylist():
-        row["tags"] = json.loads(row["tags"])
-        row["metadata"] = json.loads(row["metadata"])
+        row["tags"] = jsontext.loads(row["tags"])
+        row["metadata"] = jsontext.loads(row["metadata"])
         rows[row["id"]] = row
     return rows
 
@@ -184,17 +178,17 @@ FROM lone
 def _compose_one(
     kind: str, target: str, members: list[dict[str, Any]], row: dict[str, Any] | None, at: dt.datetime
 ) -> dict[str, Any] | None:
-    intents = [Intent(m["op"], json.loads(m["params"]), m["source"], m["reason"]) for m in members]
+    intents = [Intent(m["op"], jsontext.loads(m["params"]), m["source"], m["reason"]) for m in members]
     namespace = members[0]["namespace"]
     if any(m["namespace"] != namespace for m in members):
         raise ValueError(f"intents on {target} name different namespaces: nothing may cross a namespace")
-    evidence = [json.loads(m["evidence"]) for m in members]
     cluster_id = next((m["cluster_id"] for m in members if m["cluster_id"]), None)
     base = {
         "namespace": namespace,
         "target_kind": kind,
         "target_id": target,
-        "evidence": _dumps(evidence),
+        # Each intent's evidence is JSON text already: listed as it is, not parsed and written again.
+        "evidence": "[" + ",".join(m["evidence"] for m in members) + "]",
         "cluster_id": cluster_id,
         "expected_version": None,
         "guard_access_count": None,
@@ -211,7 +205,7 @@ def _compose_one(
             "op": op,
             "ops": [i.op for i in intents],
             "intents": _intents_json(intents),
-            "patch": _dumps({**intent.params, "namespace": namespace}),
+            "patch": jsontext.dumps({**intent.params, "namespace": namespace}),
             "reason": "; ".join(sorted({i.reason for i in intents if i.reason})),
             "source": ",".join(sorted({i.source for i in intents})),
             "destructive": op == "link_delete",
@@ -223,7 +217,7 @@ def _compose_one(
             "op": "insert",
             "ops": [INSERT],
             "intents": _intents_json([insert]),
-            "patch": _dumps(insert.params["row"]),
+            "patch": jsontext.dumps(insert.params["row"]),
             "reason": insert.reason,
             "source": insert.source,
             "destructive": False,
@@ -236,7 +230,7 @@ def _compose_one(
         "guard_access_count": row["access_count"],
         "guard_last_accessed_at": row["last_accessed_at"],
         "guard_pinned": row["pinned"],
-        "guard_content_sha": content_sha(row["content"]),
+        "guard_content_sha": row["content_sha"],
     }
     common = {
         **base,
@@ -253,11 +247,13 @@ def _compose_one(
     if not patch:
         return None
     hides = patch.get("zone", "active") != "active" or patch.get("superseded_by") is not None
-    return {**common, "op": "update", "patch": _dumps(patch), "destructive": hides}
+    return {**common, "op": "update", "patch": jsontext.dumps(patch), "destructive": hides}
 
 
 def _intents_json(intents: list[Intent]) -> str:
-    return _dumps([{"op": i.op, "params": i.params, "source": i.source, "reason": i.reason} for i in intents])
+    return jsontext.dumps(
+        [{"op": i.op, "params": i.params, "source": i.source, "reason": i.reason} for i in intents]
+    )
 
 
 _UNADDRESSED = pa.schema([f for f in CHANGE_SCHEMA if f.name not in ("change_id", "change_set_id")])

@@ -15,7 +15,6 @@ Precedence on one row (documented in docs/concepts.md):
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import hashlib
 from dataclasses import dataclass, field
@@ -148,7 +147,8 @@ def fold(intents: list[Intent], row: dict[str, Any], at: dt.datetime) -> dict[st
         "zone_since": row["zone_since"],
         "superseded_by": row["superseded_by"],
         "tags": list(row["tags"]),
-        "metadata": copy.deepcopy(row["metadata"]),
+        # A shallow copy is enough: below, a nested value is only ever replaced by a new object, never edited.
+        "metadata": dict(row["metadata"]),
     }
     when = format_timestamp(at)
     meta = out["metadata"]

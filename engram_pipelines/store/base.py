@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from engram_pipelines import records
+from engram_pipelines import jsontext, records
 from engram_pipelines.store.migrations import LATEST_VERSION, MIGRATIONS, Dialect
 from engram_pipelines.timestamps import utc_now
 
@@ -618,7 +618,7 @@ class Store(ABC):
                     self._to_db("last_accessed_at", g.last_accessed_at) if g else None,
                     self._to_db("pinned", g.pinned) if g else None,
                     1 if w.hides else 0,
-                    w.patch if isinstance(w.patch, str) else json.dumps(w.patch, default=_json_default),
+                    w.patch if isinstance(w.patch, str) else jsontext.dumps(w.patch),
                 )
             )
         return rows
@@ -774,7 +774,7 @@ class Store(ABC):
                     self._to_db("weight", full["weight"]),
                     self._to_db("origin", full["origin"]),
                     self._to_db("traversed_at", full["traversed_at"]),
-                    json.dumps(full, default=_json_default),
+                    jsontext.dumps(full, sort_keys=False),
                 )
             )
         return rows
