@@ -340,7 +340,11 @@ class CueCache:
         live_rows = sum(t.num_rows for t in pending.live)
         entries = pending.cached_rows + misses.num_rows
         if len(pending.parts) + 1 > self.MAX_PARTS or entries > self.MAX_ENTRIES_PER_ROW * live_rows + 10_000:
-            write_parquet(pa.concat_tables(pending.live), directory / f"part-{uuid.uuid4().hex}.parquet")
+            # Distinct: an entry held twice (two nights writing the same misses) is not carried over twice.
+            con = duckdb.connect()
+            con.register("live", pa.concat_tables(pending.live))
+            live = con.sql("SELECT DISTINCT * FROM live").to_arrow_table().cast(_CUE_CACHE_SCHEMA)
+            write_parquet(live, directory / f"part-{uuid.uuid4().hex}.parquet")
             for part in pending.parts:  # only after the new part is in place: a reader always finds the rows
                 part.unlink(missing_ok=True)
         elif misses.num_rows:

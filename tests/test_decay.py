@@ -250,3 +250,24 @@ def test_cue_cache_compacts_dead_entries(tmp_path):
         uncached = decay_scores(memories, Config(), AS_OF)
         assert decay_scores(memories, Config(), AS_OF, cue_cache=cache).equals(uncached)
         assert len(list(cache.root.glob("*/*.parquet"))) <= cache.MAX_PARTS
+
+
+def test_cue_cache_entries_held_twice_change_nothing(tmp_path):
+    """Two nights writing the same misses leave an entry twice: still one row per memory, the same scores."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from engram_pipelines.decay import CueCache
+
+    cache = CueCache(tmp_path / "cues")
+    memories = snapshot(_CUE_ROWS)
+    uncached = decay_scores(memories, Config(), AS_OF)
+    decay_scores(memories, Config(), AS_OF, cue_cache=cache)
+    (part,) = cache.root.glob("*/*.parquet")
+    shutil.copy(part, part.with_name("part-copy.parquet"))
+    assert decay_scores(memories, Config(), AS_OF, cue_cache=cache).equals(uncached)
+    cache.MAX_PARTS = 1  # compact: the duplicates are dropped
+    assert decay_scores(memories, Config(), AS_OF, cue_cache=cache).equals(uncached)
+    (compacted,) = cache.root.glob("*/*.parquet")
+    assert pq.read_table(compacted).num_rows == len(_CUE_ROWS)  # one entry per memory, the copy's dropped
