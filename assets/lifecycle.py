@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 from assets.metadata import Lineage, column_lineage, column_schema, sample_markdown, standard, value_counts
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, WarehouseResource
-from engram_pipelines.decay import DECAY_SCHEMA, decay_intents, decay_scores
+from engram_pipelines.decay import DECAY_SCHEMA, CueCache, decay_intents, decay_scores
 from engram_pipelines.plots import markdown_image, score_histogram
 from engram_pipelines.promotion import PROMOTION_SCHEMA, promotion_intents, promotions
 from engram_pipelines.retention import RETENTION_SCHEMA, retention_intents, retention_moves
@@ -84,7 +84,9 @@ def decay_scores_asset(
     as_of = as_of_date(context)
     wh = warehouse.get()
     memories = wh.read_table("memories", as_of, columns=_LIFECYCLE_COLUMNS)
-    scores = decay_scores(memories, config, end_of_day(as_of))
+    # Content cue boosts are reused across nights from <warehouse>/decay_cues/ (the regexes run on new or
+    # edited contents only): the same scores, without most of the cost.
+    scores = decay_scores(memories, config, end_of_day(as_of), cue_cache=CueCache(wh.root / "decay_cues"))
     intents = decay_intents(scores)
     wh.write_table("decay_scores", as_of, scores)
     wh.write_proposals("decay_scores", as_of, intents)

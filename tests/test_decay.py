@@ -161,3 +161,113 @@ def test_the_configuration_reference_is_current():
 
     committed = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
     assert committed == render(), "run: .venv/bin/python -m engram_pipelines.config_reference"
+
+
+# The cue cache: the same scores as computing every boost, reused across nights, never stale.
+
+_CUE_ROWS = [
+    {"content": "We decided to ship; the incident is resolved before the release deadline"},
+    {"content": "a plain note", "tags": ["critical"]},
+    {"content": "Bug in the uploader", "created_at": days_ago(3), "access_count": 4},
+    {"content": "terror and debugging are not cue words", "namespace": "fast:coder"},
+    {"kind": "block", "content": "a decided block"},
+]
+
+
+def _by_id(table):
+    return {r["id"]: r for r in table.to_pylist()}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        Config(),
+        Config.model_validate(
+            {
+                "decay": {"kind_policy": {"semantic": "ebbinghaus"}},
+                "namespaces": {"fast:*": {"decay": {"engram": {"half_life_days": 1}}}},
+            }
+        ),
+    ],
+)
+def test_cue_cache_gives_the_uncached_scores_cold_and_warm(tmp_path, config):
+    from engram_pipelines.decay import CueCache
+
+    memories = snapshot(_CUE_ROWS)
+    uncached = decay_scores(memories, config, AS_OF)
+    cache = CueCache(tmp_path / "cues")
+    cold = decay_scores(memories, config, AS_OF, cue_cache=cache)
+    assert list(cache.root.glob("*/*.parquet")), "the first night fills the cache"
+    warm = decay_scores(memories, config, AS_OF, cue_cache=cache)
+    assert cold.equals(uncached) and warm.equals(uncached)  # same rows, same order, same values
+    assert len(list(cache.root.glob("*/*.parquet"))) == 1, "a night without misses writes nothing"
+
+
+def test_cue_cache_is_used_and_recomputes_edited_contents(tmp_path):
+    """Fails if the cache is ignored (a planted boost must show) or stale (an edited content must be redone)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from engram_pipelines.decay import CueCache
+
+    cache = CueCache(tmp_path / "cues")
+    memories = snapshot(_CUE_ROWS[:3])
+    decay_scores(memories, Config(), AS_OF, cue_cache=cache)
+    (part,) = cache.root.glob("*/*.parquet")
+    planted = pq.read_table(part)
+    planted = planted.set_column(2, "cue", pa.array([0.5] * planted.num_rows))
+    pq.write_table(planted, part)  # every cached boost now says 0.5: a lookup must return it
+    got = _by_id(decay_scores(memories, Config(), AS_OF, cue_cache=cache))
+    assert got["m1"]["score"] == pytest.approx(0.35 + 0.5 + 0.08)  # plain note, critical tag: cached 0.5 used
+
+    edited = snapshot(
+        [_CUE_ROWS[0], {"content": "a plain note, decided", "tags": ["critical"]}, _CUE_ROWS[2]]
+    )
+    got = _by_id(decay_scores(edited, Config(), AS_OF, cue_cache=cache))
+    assert got["m1"]["score"] == pytest.approx(0.35 + 0.18 + 0.08)  # edited: the regexes ran again
+    assert got["m0"]["score"] == pytest.approx(0.35 + 0.5)  # unchanged: still the planted boost
+
+
+def test_cue_cache_a_changed_cue_config_recomputes(tmp_path):
+    from engram_pipelines.decay import CueCache
+
+    cache = CueCache(tmp_path / "cues")
+    memories = snapshot([{"content": "a plain note about tulips"}])
+    decay_scores(memories, Config(), AS_OF, cue_cache=cache)
+    tulips = Config.model_validate({"decay": {"engram": {"cues": [{"words": ["tulip"], "weight": 0.2}]}}})
+    got = _by_id(decay_scores(memories, tulips, AS_OF, cue_cache=cache))
+    assert got["m0"]["score"] == pytest.approx(0.55)
+    assert len(list(cache.root.iterdir())) == 2  # one directory per cue fingerprint
+
+
+def test_cue_cache_compacts_dead_entries(tmp_path):
+    from engram_pipelines.decay import CueCache
+
+    cache = CueCache(tmp_path / "cues")
+    cache.MAX_PARTS = 3
+    for night in range(5):  # every night edits every content: all entries of the night before die
+        memories = snapshot([{"content": f"note {night} {i}"} for i in range(4)])
+        uncached = decay_scores(memories, Config(), AS_OF)
+        assert decay_scores(memories, Config(), AS_OF, cue_cache=cache).equals(uncached)
+        assert len(list(cache.root.glob("*/*.parquet"))) <= cache.MAX_PARTS
+
+
+def test_cue_cache_entries_held_twice_change_nothing(tmp_path):
+    """Two nights writing the same misses leave an entry twice: still one row per memory, the same scores."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from engram_pipelines.decay import CueCache
+
+    cache = CueCache(tmp_path / "cues")
+    memories = snapshot(_CUE_ROWS)
+    uncached = decay_scores(memories, Config(), AS_OF)
+    decay_scores(memories, Config(), AS_OF, cue_cache=cache)
+    (part,) = cache.root.glob("*/*.parquet")
+    shutil.copy(part, part.with_name("part-copy.parquet"))
+    assert decay_scores(memories, Config(), AS_OF, cue_cache=cache).equals(uncached)
+    cache.MAX_PARTS = 1  # compact: the duplicates are dropped
+    assert decay_scores(memories, Config(), AS_OF, cue_cache=cache).equals(uncached)
+    (compacted,) = cache.root.glob("*/*.parquet")
+    assert pq.read_table(compacted).num_rows == len(_CUE_ROWS)  # one entry per memory, the copy's dropped
