@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import itertools
-import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engram_pipelines import records
+from engram_pipelines import jsontext, records
 from engram_pipelines.changes.apply import apply_change_set
 from engram_pipelines.changes.revert import RevertResult, _revert_entries, revert_change_set
 from engram_pipelines.store import LinkWrite, Outcome, Store, open_store
@@ -228,8 +227,8 @@ def _write_links_one_by_one(
                     w.change_id,
                     "|".join(key),
                     w.op,
-                    json.dumps(before, default=store_base._json_default) if before else None,
-                    json.dumps(after, default=store_base._json_default) if after else None,
+                    jsontext.dumps(before, sort_keys=False) if before else None,
+                    jsontext.dumps(after, sort_keys=False) if after else None,
                 ),
             )
         store._record_outcomes(

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from engram_pipelines import jsontext, records
 from engram_pipelines.store.migrations import LATEST_VERSION, MIGRATIONS, Dialect
-from engram_pipelines.timestamps import utc_now
+from engram_pipelines.timestamps import format_timestamp, utc_now
 
 
 class StoreError(RuntimeError):
@@ -139,7 +139,7 @@ class Store(ABC):
 
     @abstractmethod
     def _json_timestamp_sql(self, expr: str) -> str:
-        """SQL: a timestamp column as the text `_json_default` gives the python value (format_timestamp)."""
+        """SQL: a timestamp column as the text `jsontext.dumps` gives the python value (format_timestamp)."""
 
     @abstractmethod
     def _json_float_sql(self, expr: str) -> str:
@@ -699,8 +699,8 @@ class Store(ABC):
                             change_set_id,
                             change_id,
                             row["id"],
-                            json.dumps(
-                                {k: v for k, v in row.items() if k != "embedding"}, default=_json_default
+                            jsontext.dumps(
+                                {k: v for k, v in row.items() if k != "embedding"}, sort_keys=False
                             ),
                         ),
                     )
@@ -750,8 +750,8 @@ class Store(ABC):
 
     def _link_batch_rows(self, writes: Sequence[LinkWrite], at: dt.datetime) -> list[tuple]:
         rows = []
-        # What _json_default makes of `at`, formatted once: it is in every `after` document, twice.
-        at_text = _json_default(at)
+        # `at` as the JSON documents write it, formatted once: it is in every `after` document, twice.
+        at_text = format_timestamp(at)
         for seq, w in enumerate(writes):
             link = w.link
             if w.op == "link_delete":
@@ -912,15 +912,3 @@ def _parse_ts(text: str) -> dt.datetime:
     from engram_pipelines.timestamps import parse_timestamp
 
     return parse_timestamp(text)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        from engram_pipelines.timestamps import format_timestamp
-
-        return format_timestamp(value)
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"cannot serialise {type(value).__name__}")
