@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 
 from engram_pipelines.changes.apply import ReviewRequired, apply_change_set
 from engram_pipelines.changes.compose import compose, intents_table
+from engram_pipelines.changes.fold_sql import sql_fold_targets
 from engram_pipelines.changes.invariants import (
     crosses_namespace,
     destructive_on_pinned,
@@ -23,7 +26,7 @@ from engram_pipelines.changes.revert import (
 )
 from engram_pipelines.explain import explain_memory
 from engram_pipelines.snapshot import take_snapshot
-from engram_pipelines.store import MemoryWrite
+from engram_pipelines.store import MemoryWrite, open_store
 from engram_pipelines.timestamps import end_of_day
 from tests.changes_helpers import intent, propose
 from tests.conftest import AS_OF, memory
@@ -340,3 +343,95 @@ def test_one_apply_at_a_time_per_store(store, warehouse):
         assert not finished, "the second apply waits for the first"
     thread.join(timeout=30)
     assert finished and finished[0].applied == 1
+
+
+def _changes_by_target(table) -> dict[tuple[str, str], dict]:
+    """Changes keyed by target, their JSON documents parsed (the SQL fold spells them differently)."""
+    out = {}
+    for change in table.to_pylist():
+        for column in ("intents", "dropped", "patch", "evidence"):
+            change[column] = json.loads(change[column])
+        out[(change["target_kind"], change["target_id"])] = {
+            k: v for k, v in change.items() if k not in ("change_id", "change_set_id")
+        }
+    return out
+
+
+def test_the_sql_fold_writes_what_the_python_fold_writes(tmp_path, warehouse):
+    stamp = "2026-11-01T00:00:00.000000Z"
+    with open_store(f"sqlite:///{tmp_path}/s.db", migrate=True) as store:
+        store.insert_memories(
+            [
+                memory(
+                    1,
+                    stale=True,
+                    score=0.1,
+                    metadata={"keep": 1, "stale": {"at": stamp, "reason": "old", "score": 0.1}},
+                ),
+                memory(2),
+                memory(3, tier="stm"),
+                memory(4, zone="archived", zone_since=dt.datetime(2026, 10, 2, tzinfo=dt.UTC)),
+                memory(5, score=0.5),
+                memory(6, score=0.5),
+                memory(7),
+                memory(8),
+                memory(9, kind="episodic", stale=True, score=0.2),
+                memory(10, metadata={"flag": {"a": 1, "b": [1, 2]}}),
+                memory(11),
+                memory(12),
+                memory(13, stale=True),
+                memory(14),
+            ]
+        )
+        take_snapshot(store, warehouse, AS_OF)
+    zone = {"from": "active", "to": "archived"}
+    intents = [
+        intent("m1", "clear_stale", score=0.5),
+        intent("m2", "mark_stale", source="decay_scores", score=0.2),
+        intent("m2", "move_zone", source="retention", **zone),
+        intent(
+            "m3",
+            "set_metadata",
+            source="temporal",
+            values={"temporalEdges": {"builtAt": stamp, "neighbors": 3}},
+        ),
+        intent("m3", "promote_tier", source="promotions", **{"from": "stm", "to": "ltm"}),
+        intent("m4", "move_zone", **{"from": "archived", "to": "purge_queue"}),
+        intent("m5", "set_score", score=0.5),  # already so: no change, on both paths
+        intent("m6", "clear_stale", score=0.5),  # not stale, no mark, same score: no change
+        intent("m7", "set_metadata", values={"gone": None}),  # a null: the Python fold's
+        intent("m8", "mark_stale", source="a", score=0.2),  # one op twice: the Python fold's
+        intent("m8", "mark_stale", source="b", score=0.25),
+        {
+            **intent("m9", "promote_kind", source="semantic", **{"from": "episodic", "to": "semantic"}),
+            "cluster_id": "c9",
+        },
+        {**intent("m9", "clear_stale", source="decay_scores", score=0.9), "reason": ""},
+        intent(
+            "m9",
+            "set_metadata",
+            source="semantic",
+            values={"semanticCompressed": {"node": "n1", "score": 0.9}},
+        ),
+        intent("m10", "set_metadata", values={"flag": {"a": 1, "b": [1, 2]}}),  # the value it has: no change
+        intent("m11", "union_tags", tags=["x"]),  # not a lifecycle op: the Python fold's
+        intent("m12", "move_zone", klass="gated", **zone),
+        intent("m13", "clear_stale", score=0.6),  # two ops on one metadata key: the later in fold order wins
+        intent("m13", "mark_stale", score=0.2),
+        intent("m14", "move_zone", **zone),
+        intent("m14", "set_metadata", values={"zone": "kept by hand"}),
+    ]
+    table = intents_table(intents)
+    memories = warehouse.read_table("memories", AS_OF)
+    at = end_of_day(AS_OF)
+    in_sql = compose(table, memories, as_of=AS_OF, at=at, job="test")
+    in_python = compose(table, memories, as_of=AS_OF, at=at, job="test", sql_fold=False)
+    for klass in in_python:
+        assert _changes_by_target(in_sql[klass]) == _changes_by_target(in_python[klass]), klass
+    composed = {target for _, target in _changes_by_target(in_sql["auto"])}
+    assert composed == {"m1", "m2", "m3", "m4", "m7", "m8", "m9", "m11", "m13", "m14"}
+    con = duckdb.connect()
+    con.register("intents", table)
+    con.register("memories", memories.drop_columns(["embedding"]))
+    in_sql_fold = {"m1", "m2", "m3", "m4", "m5", "m6", "m9", "m10", "m12", "m13", "m14"}
+    assert set(sql_fold_targets(con)["target_id"].to_pylist()) == in_sql_fold

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines import jsontext, records
+from engram_pipelines.changes.fold_sql import fold_in_sql, sql_fold_targets
 from engram_pipelines.changes.intents import (
     ALL_OPS,
     INSERT,
@@ -97,13 +98,11 @@ _FOLD_COLUMNS = (
 )
 
 
-def snapshot_rows(memories: pa.Table, ids: list[str]) -> dict[str, dict[str, Any]]:
-    """The snapshot rows of `ids` as python dicts: the columns the fold and the guards read, tags and
-    metadata decoded."""
+def snapshot_rows(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The snapshot rows (table `memories` in `con`) of `ids` as python dicts: the columns the fold and the
+    guards read, tags and metadata decoded."""
     if not ids:
         return {}
-    con = duckdb.connect()
-    con.register("memories", memories.drop_columns(["embedding"]))
     con.register("wanted", pa.table({"id": pa.array(ids, pa.string())}))
     wanted = con.sql(f"SELECT {_FOLD_COLUMNS} FROM memories SEMI JOIN wanted USING (id)").to_arrow_table()
     rows = {}
@@ -115,23 +114,41 @@ def snapshot_rows(memories: pa.Table, ids: list[str]) -> dict[str, dict[str, Any
 
 
 def compose(
-    intents: pa.Table, memories: pa.Table, *, as_of: dt.date, at: dt.datetime, job: str
+    intents: pa.Table,
+    memories: pa.Table,
+    *,
+    as_of: dt.date,
+    at: dt.datetime,
+    job: str,
+    sql_fold: bool = True,
 ) -> dict[str, pa.Table]:
-    """review class -> change table (possibly empty), change_set_id filled in."""
+    """review class -> change table (possibly empty), change_set_id filled in.
+
+    `sql_fold=False` folds every memory change in Python (the reference the SQL fold is tested against)."""
     con = duckdb.connect()
     con.register("intents", intents)
+    con.register("memories", memories.drop_columns([c for c in ("embedding",) if c in memories.column_names]))
     # A link with one intent is most of a nightly's changes (temporal edges): composed in SQL, in bulk.
     lone_links = con.sql(_LONE_LINKS_SQL).to_arrow_table()
+    # So are the memory changes made only of lifecycle ops (see fold_sql).
+    sql_targets = sql_fold_targets(con) if sql_fold else pa.table({"review_class": [], "target_id": []})
+    con.register(
+        "sql_targets",
+        sql_targets.cast(pa.schema([("review_class", pa.string()), ("target_id", pa.string())])),
+    )
+    folded = fold_in_sql(con, at)
     # Ordered: a change lists its intents' evidence in this order, and a join's output order is not fixed.
     rest = con.sql(
         "SELECT i.* FROM intents i ANTI JOIN lone_links l USING (review_class, target_kind, target_id) "
+        "ANTI JOIN sql_targets t ON i.target_kind = 'memory' AND t.review_class = i.review_class "
+        "AND t.target_id = i.target_id "
         "ORDER BY review_class, target_kind, target_id, source, op, params, reason, evidence"
     ).to_arrow_table()
     grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rest.to_pylist():
         grouped[(row["review_class"], row["target_kind"], row["target_id"])].append(row)
     memory_ids = sorted({target for (_, kind, target) in grouped if kind == "memory"})
-    rows = snapshot_rows(memories, memory_ids)
+    rows = snapshot_rows(con, memory_ids)
     out: dict[str, list[dict[str, Any]]] = {klass: [] for klass in REVIEW_CLASSES}
     for (klass, kind, target), members in sorted(grouped.items()):
         change = _compose_one(kind, target, members, rows.get(target), at)
@@ -142,7 +159,10 @@ def compose(
             pa.concat_tables(
                 [
                     pa.Table.from_pylist(changes, schema=_UNADDRESSED),
-                    lone_links.filter(pc.equal(lone_links["review_class"], klass)).cast(_UNADDRESSED),
+                    *(
+                        t.filter(pc.equal(t["review_class"], klass)).cast(_UNADDRESSED)
+                        for t in (lone_links, folded)
+                    ),
                 ]
             ),
             as_of=as_of,
