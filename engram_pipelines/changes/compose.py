@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines import jsontext, records
-from engram_pipelines.changes.fold_sql import fold_in_sql, sql_fold_targets
+from engram_pipelines.changes.fold_sql import SQL_TARGETS_SCHEMA, fold_in_sql, sql_fold_targets
 from engram_pipelines.changes.intents import (
     ALL_OPS,
     INSERT,
@@ -131,11 +131,7 @@ def compose(
     # A link with one intent is most of a nightly's changes (temporal edges): composed in SQL, in bulk.
     lone_links = con.sql(_LONE_LINKS_SQL).to_arrow_table()
     # So are the memory changes made only of lifecycle ops (see fold_sql).
-    sql_targets = sql_fold_targets(con) if sql_fold else pa.table({"review_class": [], "target_id": []})
-    con.register(
-        "sql_targets",
-        sql_targets.cast(pa.schema([("review_class", pa.string()), ("target_id", pa.string())])),
-    )
+    con.register("sql_targets", sql_fold_targets(con) if sql_fold else SQL_TARGETS_SCHEMA.empty_table())
     folded = fold_in_sql(con, at)
     # Ordered: a change lists its intents' evidence in this order, and a join's output order is not fixed.
     rest = con.sql(

@@ -51,9 +51,12 @@ def _targets_sql() -> str:
     """
 
 
+SQL_TARGETS_SCHEMA = pa.schema([("review_class", pa.string()), ("target_id", pa.string())])
+
+
 def sql_fold_targets(con: duckdb.DuckDBPyConnection) -> pa.Table:
     """(review_class, target_id) of the memory changes `fold_in_sql` composes (`intents`, `memories` registered)."""
-    return con.sql(_targets_sql()).to_arrow_table()
+    return con.sql(_targets_sql()).to_arrow_table().cast(SQL_TARGETS_SCHEMA)
 
 
 def fold_in_sql(con: duckdb.DuckDBPyConnection, at: dt.datetime) -> pa.Table:
