@@ -15,7 +15,7 @@ from engram_pipelines.changes.invariants import (
     several_writes_per_row,
 )
 from engram_pipelines.changes.propose import propose_change_sets
-from engram_pipelines.changes.registry import load_change_set
+from engram_pipelines.changes.registry import find_change_set, load_change_set
 from engram_pipelines.changes.revert import approve_change_set
 from engram_pipelines.plots import changes_by_op, markdown_image
 from engram_pipelines.progress import LogProgress
@@ -165,12 +165,16 @@ def _ops_over_time(records) -> dict[str, dict[str, int]]:
     return out
 
 
+# What the invariant checks read of a change set (not its reasons, evidence or intents: most of its bytes).
+_CHECKED = ["change_id", "namespace", "target_kind", "target_id", "op", "ops", "patch", "destructive"]
+
+
 def _tables(context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource):
     wh = warehouse.get()
     as_of = as_of_date(context)
     pointer = wh.read_run_pointer(as_of, _job(context))
     with store.open() as live:
-        changes = [load_change_set(live, change_set_id)[1] for change_set_id in pointer.values()]
+        changes = [load_change_set(live, change_set_id, _CHECKED)[1] for change_set_id in pointer.values()]
     return changes, wh.read_table("memories", as_of, columns=["id", "namespace", "pinned", "kind"])
 
 
@@ -258,7 +262,7 @@ def applied_changes(
         for klass in ("auto", "gated"):
             change_set_id = pointer[klass]
             if klass == "gated":
-                record, _ = load_change_set(live, change_set_id)
+                record = find_change_set(live, change_set_id)
                 if not config.review.auto_approve_gated or record.status != "proposed":
                     context.log.info(
                         f"gated change set {change_set_id} waits for review ({record.total} changes)"
@@ -302,7 +306,7 @@ def apply_accounting_closes(
 ) -> dg.AssetCheckResult:
     pointer = warehouse.get().read_run_pointer(as_of_date(context), _job(context))
     with store.open() as live:
-        record, table = load_change_set(live, pointer["auto"])
+        record, table = load_change_set(live, pointer["auto"], ["change_id"])
         ledger = live.ledger(record.change_set_id)
     outcomes: dict[str, int] = {}
     for change_id in table.column("change_id").to_pylist():

@@ -59,7 +59,8 @@ def store_change_set(
     return record
 
 
-def load_change_set(store: Store, change_set_id: str) -> tuple[ChangeSetRecord, pa.Table]:
+def find_change_set(store: Store, change_set_id: str) -> ChangeSetRecord:
+    """The registered change set whose Parquet file exists (else ChangeSetNotFound, naming what is there)."""
     record = store.get_change_set(change_set_id)
     if record is None:
         known = ", ".join(r.change_set_id for r in store.list_change_sets()[-5:]) or "none yet"
@@ -70,4 +71,24 @@ def load_change_set(store: Store, change_set_id: str) -> tuple[ChangeSetRecord, 
     path = Path(record.path)
     if not path.exists():
         raise ChangeSetNotFound(f"change set {change_set_id} is registered but its file {path} is missing")
-    return record, pq.read_table(path, schema=CHANGE_SCHEMA)
+    return record
+
+
+def read_changes(
+    record: ChangeSetRecord, columns: list[str] | None = None, op: str | None = None
+) -> pa.Table:
+    """The change set's rows (of one `op`, if given), only `columns` if given: a first night at 1M memories
+    holds 3.5M changes, 3.3 GB as one Arrow table with every column."""
+    read = (
+        None if columns is None else [*columns, *(["op"] if op is not None and "op" not in columns else [])]
+    )
+    schema = CHANGE_SCHEMA if read is None else pa.schema([CHANGE_SCHEMA.field(c) for c in read])
+    filters = [("op", "=", op)] if op is not None else None
+    return pq.read_table(record.path, columns=columns, schema=schema, filters=filters)
+
+
+def load_change_set(
+    store: Store, change_set_id: str, columns: list[str] | None = None
+) -> tuple[ChangeSetRecord, pa.Table]:
+    record = find_change_set(store, change_set_id)
+    return record, read_changes(record, columns)

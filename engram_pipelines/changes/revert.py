@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from engram_pipelines.changes.registry import load_change_set
+from engram_pipelines.changes.registry import find_change_set
 from engram_pipelines.records import WRITABLE_COLUMNS
 from engram_pipelines.store import LinkWrite, MemoryWrite, Outcome, Store
 from engram_pipelines.timestamps import format_timestamp, utc_now
@@ -33,7 +33,7 @@ class RevertResult:
 
 
 def approve_change_set(store: Store, change_set_id: str, *, actor: str) -> None:
-    record, _ = load_change_set(store, change_set_id)
+    record = find_change_set(store, change_set_id)
     if record.status != "proposed":
         raise ValueError(
             f"change set {change_set_id} is {record.status}; only a proposed set can be approved"
@@ -43,7 +43,7 @@ def approve_change_set(store: Store, change_set_id: str, *, actor: str) -> None:
 
 def revert_change_set(store: Store, change_set_id: str, *, actor: str = "engram-pipelines") -> RevertResult:
     """Put every row the set changed back to its pre-image, unless the row was edited since (then skip)."""
-    record, _ = load_change_set(store, change_set_id)
+    record = find_change_set(store, change_set_id)
     if record.status != "applied":
         raise ValueError(
             f"change set {change_set_id} is {record.status}; only an applied set can be reverted"
