@@ -70,34 +70,34 @@ def band_pairs(
     excluded_pairs: pa.Table | None = None,
 ) -> pa.Table:
     """The pairs in [low, high) whose rows are of one kind, with the same numbers, not paired as contradicting."""
+    in_band = pc.greater_equal(pairs["score"], low)
+    if high is not None:
+        in_band = pc.and_(in_band, pc.less(pairs["score"], high))
+    band = pairs.filter(in_band)
+    # Numbers only of the rows in the band (parsing every row's content took 8 s at 1M memories).
+    ids = pc.unique(pa.chunked_array([*band["left_id"].chunks, *band["right_id"].chunks], pa.string()))
+    involved = memories.select(["id", "kind", "content"]).filter(pc.is_in(memories["id"], value_set=ids))
+    numbers = [json.dumps(n) for n in numbers_of(involved["content"].to_pylist())]
     con = duckdb.connect()
-    con.register("p", pairs)
-    con.register("m", memories.select(["id", "kind", "content"]))
-    numbers = pa.table(
-        {
-            "id": memories["id"],
-            "numbers": pa.array(
-                [json.dumps(n) for n in numbers_of(memories["content"].to_pylist())], pa.string()
-            ),
-        }
-    )
-    con.register("n", numbers)
+    con.register("p", band)
+    con.register("m", involved.append_column("numbers", pa.array(numbers, pa.string())))
     con.register(
         "x",
         excluded_pairs
         if excluded_pairs is not None
         else pa.table({"left_id": pa.array([], pa.string()), "right_id": pa.array([], pa.string())}),
     )
-    upper = f"AND p.score < {float(high)!r}" if high is not None else ""
+    # An excluded pair matches in either order: compared in one order (least, greatest), an equality join.
+    # (Written as `x.left = p.left AND ... OR x.left = p.right AND ...` it was a nested loop: 68 s at 1M.)
     return con.sql(
-        f"""
-        SELECT p.* FROM p
-        JOIN m a ON a.id = p.left_id JOIN m b ON b.id = p.right_id
-        JOIN n na ON na.id = p.left_id JOIN n nb ON nb.id = p.right_id
-        WHERE p.score >= {float(low)!r} {upper} AND a.kind = b.kind AND na.numbers = nb.numbers
-          AND NOT EXISTS (SELECT 1 FROM x WHERE (x.left_id = p.left_id AND x.right_id = p.right_id)
-                                             OR (x.left_id = p.right_id AND x.right_id = p.left_id))
-        ORDER BY p.left_id, p.right_id
+        """
+        WITH xo AS (SELECT DISTINCT least(left_id, right_id) AS lo, greatest(left_id, right_id) AS hi FROM x),
+        po AS (SELECT *, least(left_id, right_id) AS lo, greatest(left_id, right_id) AS hi FROM p)
+        SELECT po.* EXCLUDE (lo, hi) FROM po
+        JOIN m a ON a.id = po.left_id JOIN m b ON b.id = po.right_id
+        ANTI JOIN xo USING (lo, hi)
+        WHERE a.kind = b.kind AND a.numbers = b.numbers
+        ORDER BY po.left_id, po.right_id
         """
     ).to_arrow_table()
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.clusters import Cluster, band_pairs, star_clusters
@@ -122,10 +123,12 @@ def _intents(
     return intents_table(rows) if rows else INTENT_SCHEMA.empty_table()
 
 
-def _tags(memories: pa.Table) -> dict[str, list[str]]:
+def _tags(memories: pa.Table, clusters: list[Cluster]) -> dict[str, list[str]]:
+    """The tags of the clusters' canonicals (parsing every row's took 10 s at 1M memories)."""
+    canonicals = pa.array(sorted({c.canonical for c in clusters}), pa.string())
+    wanted = memories.select(["id", "tags"]).filter(pc.is_in(memories["id"], value_set=canonicals))
     return {
-        i: json.loads(t)
-        for i, t in zip(memories["id"].to_pylist(), memories["tags"].to_pylist(), strict=True)
+        i: json.loads(t) for i, t in zip(wanted["id"].to_pylist(), wanted["tags"].to_pylist(), strict=True)
     }
 
 
@@ -143,7 +146,7 @@ def collapse_duplicates(
     clusters = star_clusters(band, memories, prefix="dup", excluded_ids=set(excluded_ids))
     intents = _intents(
         clusters,
-        _tags(memories),
+        _tags(memories, clusters),
         source="duplicates",
         review_class="auto",
         at=at,
@@ -168,7 +171,7 @@ def consolidate(
     clusters = star_clusters(band, memories, prefix="merge", excluded_ids=set(excluded_ids))
     intents = _intents(
         clusters,
-        _tags(memories),
+        _tags(memories, clusters),
         source="consolidation",
         review_class="gated",
         at=at,
