@@ -109,6 +109,12 @@ def test_exclusions():
         pairs_of([("m0", "m9", 0.9), ("m0", "m1", 0.9)]), memories, 0.85, 0.97, excluded_pairs=excluded
     )
     assert kept["right_id"].to_pylist() == ["m1"]
+    # An exclusion holds in either order of the pair.
+    reversed_order = pa.table({"left_id": ["m9"], "right_id": ["m0"]})
+    kept = band_pairs(
+        pairs_of([("m0", "m9", 0.9), ("m0", "m1", 0.9)]), memories, 0.85, 0.97, excluded_pairs=reversed_order
+    )
+    assert kept["right_id"].to_pylist() == ["m1"]
 
 
 def test_a_pinned_row_is_canonical_only_where_the_rule_elects_it():
