@@ -20,15 +20,12 @@ import pyarrow as pa
 from engram_pipelines.changes.intents import OP_ORDER
 from engram_pipelines.timestamps import format_timestamp
 
-# Ops this fold handles: each sets plain columns and replaces (or removes) whole top-level metadata keys.
-SQL_FOLD_OPS = (
-    "promote_tier",
-    "promote_kind",
-    "clear_stale",
-    "mark_stale",
-    "set_score",
-    "move_zone",
-    "set_metadata",
+# Ops this fold handles, in fold order: each sets plain columns and replaces (or removes) whole top-level
+# metadata keys. Not the ones that point at other rows or accumulate into lists.
+SQL_FOLD_OPS = tuple(
+    op
+    for op in OP_ORDER
+    if op not in ("supersede", "flag_contradiction", "union_tags", "annotate_duplicates")
 )
 
 
@@ -68,12 +65,11 @@ def _fold_sql(at: dt.datetime) -> str:
     when = _quoted(format_timestamp(at) or "")
     at_us = int(at.timestamp() * 1_000_000)
     rank = "CASE op " + " ".join(f"WHEN '{op}' THEN {OP_ORDER.index(op)}" for op in SQL_FOLD_OPS) + " END"
-    in_rank_order = sorted(SQL_FOLD_OPS, key=OP_ORDER.index)
     pivot = ",\n            ".join(
         f"max(struct_pack(op, params, reason, source, evidence, cluster_id, p)) FILTER (WHERE op = '{op}') AS m_{op}"
-        for op in in_rank_order
+        for op in SQL_FOLD_OPS
     )
-    in_fold_order = ", ".join(f"m_{op}" for op in in_rank_order)
+    in_fold_order = ", ".join(f"m_{op}" for op in SQL_FOLD_OPS)
     return f"""
     WITH members AS (
         SELECT i.*, {rank} AS rank, params::JSON AS p
