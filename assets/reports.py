@@ -6,7 +6,7 @@ from assets.changes import _job, applied_changes
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import StoreResource, WarehouseResource
 from engram_pipelines.changes.registry import find_change_set
-from engram_pipelines.health import HealthReport, live_counts, snapshot_counts
+from engram_pipelines.health import COUNTED_COLUMNS, HealthReport, live_counts, snapshot_counts
 
 
 @dg.asset(
@@ -36,7 +36,7 @@ def health_report(
                 applied[klass] = record.counts["apply"]
         report = HealthReport(
             as_of=as_of,
-            before=snapshot_counts(wh.read_table("memories", as_of)),
+            before=snapshot_counts(wh.read_table("memories", as_of, columns=COUNTED_COLUMNS)),
             after=live_counts(live),
             changes=changes,
             applied=applied,
