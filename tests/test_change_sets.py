@@ -9,6 +9,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
+from engram_pipelines.changes import compose as compose_module
 from engram_pipelines.changes.apply import ReviewRequired, apply_change_set
 from engram_pipelines.changes.compose import compose, intents_table
 from engram_pipelines.changes.fold_sql import sql_fold_targets
@@ -435,3 +436,37 @@ def test_the_sql_fold_writes_what_the_python_fold_writes(tmp_path, warehouse):
     con.register("memories", memories.drop_columns(["embedding"]))
     in_sql_fold = {"m1", "m2", "m3", "m4", "m5", "m6", "m9", "m10", "m12", "m13", "m14"}
     assert set(sql_fold_targets(con)["target_id"].to_pylist()) == in_sql_fold
+
+
+def test_composing_namespace_ranges_gives_the_one_piece_table(tmp_path, warehouse, monkeypatch):
+    spaces = ["ns-a", "ns-b", "ns-c"]
+    with open_store(f"sqlite:///{tmp_path}/s.db", migrate=True) as store:
+        store.insert_memories([memory(i, namespace=spaces[i % 3]) for i in range(9)])
+        take_snapshot(store, warehouse, AS_OF)
+    link = {"kind": "related", "weight": 0.5}
+    intents = intents_table(
+        [intent(f"m{i}", "mark_stale", namespace=spaces[i % 3], score=0.1) for i in range(9)]
+        + [intent(f"m{i}", "union_tags", namespace=spaces[i % 3], tags=["t"]) for i in range(0, 9, 2)]
+        + [
+            {
+                **intent(
+                    f"m{i}|m{i + 3}|related",
+                    "upsert_link",
+                    namespace=spaces[i % 3],
+                    src_id=f"m{i}",
+                    dst_id=f"m{i + 3}",
+                    **link,
+                ),
+                "target_kind": "link",
+            }
+            for i in range(6)
+        ]
+    )
+    memories = warehouse.read_table("memories", AS_OF)
+    whole = compose(intents, memories, as_of=AS_OF, at=end_of_day(AS_OF), job="test")
+    monkeypatch.setattr(compose_module, "RANGE_INTENTS", 4)  # a range per namespace
+    assert len(compose_module._namespace_ranges(intents["namespace"], 4)) == 3
+    ranged = compose(intents, memories, as_of=AS_OF, at=end_of_day(AS_OF), job="test")
+    for klass in whole:
+        assert ranged[klass].equals(whole[klass], check_metadata=True), klass
+    assert whole["auto"].num_rows == 9 + 6
