@@ -91,6 +91,25 @@ def intents_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(prepared, schema=INTENT_SCHEMA)
 
 
+# The snapshot columns compose reads (not the vectors).
+SNAPSHOT_COLUMNS = [
+    "id",
+    "version",
+    "access_count",
+    "last_accessed_at",
+    "pinned",
+    "tier",
+    "kind",
+    "score",
+    "stale",
+    "zone",
+    "zone_since",
+    "superseded_by",
+    "tags",
+    "metadata",
+    "content",
+]
+
 # What the fold and the guards read of a target row; content only as its digest (`content_sha`).
 _FOLD_COLUMNS = (
     "id, version, access_count, last_accessed_at, pinned, tier, kind, score, stale, zone, zone_since, "

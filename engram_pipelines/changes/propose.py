@@ -6,7 +6,7 @@ import datetime as dt
 
 import pyarrow as pa
 
-from engram_pipelines.changes.compose import INTENT_SCHEMA, compose
+from engram_pipelines.changes.compose import INTENT_SCHEMA, SNAPSHOT_COLUMNS, compose
 from engram_pipelines.changes.registry import store_change_set
 from engram_pipelines.store import ChangeSetRecord, Store
 from engram_pipelines.timestamps import end_of_day, utc_now
@@ -27,7 +27,7 @@ def propose_change_sets(
     intents = (
         pa.concat_tables([t.cast(INTENT_SCHEMA) for t in tables]) if tables else INTENT_SCHEMA.empty_table()
     )
-    memories = warehouse.read_table("memories", as_of)
+    memories = warehouse.read_table("memories", as_of, columns=SNAPSHOT_COLUMNS)
     sets = compose(intents, memories, as_of=as_of, at=end_of_day(as_of), job=job)
     now = utc_now()
     return {
