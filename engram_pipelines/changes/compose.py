@@ -91,30 +91,11 @@ def intents_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(prepared, schema=INTENT_SCHEMA)
 
 
-# The snapshot columns compose reads (not the vectors).
-SNAPSHOT_COLUMNS = [
-    "id",
-    "version",
-    "access_count",
-    "last_accessed_at",
-    "pinned",
-    "tier",
-    "kind",
-    "score",
-    "stale",
-    "zone",
-    "zone_since",
-    "superseded_by",
-    "tags",
-    "metadata",
-    "content",
-]
-
-# What the fold and the guards read of a target row; content only as its digest (`content_sha`).
-_FOLD_COLUMNS = (
-    "id, version, access_count, last_accessed_at, pinned, tier, kind, score, stale, zone, zone_since, "
-    "superseded_by, tags, metadata, sha256(content)[:16] AS content_sha"
-)
+# The snapshot columns compose reads (not the vectors): the guards' evidence, the writable columns the fold
+# starts from, and the content (only its digest is used).
+_GUARD_COLUMNS = ["id", "version", "access_count", "last_accessed_at", "pinned"]
+SNAPSHOT_COLUMNS = [*_GUARD_COLUMNS, *records.WRITABLE_COLUMNS, "content"]
+_FOLD_COLUMNS = ", ".join([*_GUARD_COLUMNS, *records.WRITABLE_COLUMNS, "sha256(content)[:16] AS content_sha"])
 
 
 def snapshot_rows(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict[str, Any]]:
