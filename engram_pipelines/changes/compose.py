@@ -317,11 +317,7 @@ def _address(changes: pa.Table) -> pa.Table:
 
 def _finish(parts: list[pa.Table], *, as_of: dt.date, job: str, klass: str) -> pa.Table:
     """The set's id hashes its sorted change ids (the parts come in the set's order)."""
-    addressed = (
-        pa.concat_tables(parts)
-        if parts
-        else pa.schema([("change_id", pa.string()), *_UNADDRESSED]).empty_table()
-    )
+    addressed = pa.concat_tables(parts)  # a part per namespace range, and there is always one range
     digest = hashlib.sha256("".join(addressed["change_id"].to_pylist()).encode()).hexdigest()[:10]
     change_set_id = f"{as_of.isoformat()}-{job}-{klass}-{digest}"
     table = addressed.add_column(
