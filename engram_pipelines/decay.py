@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.config import Config, DecayConfig
+from engram_pipelines.sqltext import quoted
 from engram_pipelines.warehouse import write_parquet
 
 DECAY_SCHEMA = pa.schema(
@@ -69,22 +70,16 @@ def _f(value: float) -> str:
     return f"{float(value)!r}::DOUBLE"
 
 
-def _quoted(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _has_any_tag(tags: list[str]) -> str:
     """SQL: the JSON tags array holds one of `tags` (a quoted element is a whole tag; no parsing needed)."""
     return (
-        "(" + " OR ".join(f"contains(tags, {_quoted(json.dumps(t))})" for t in tags) + ")"
-        if tags
-        else "FALSE"
+        "(" + " OR ".join(f"contains(tags, {quoted(json.dumps(t))})" for t in tags) + ")" if tags else "FALSE"
     )
 
 
 def _word_regex(words: list[str]) -> str:
     # Case-insensitive word starts: "error" matches "Errors" but not "terror"; RE2 syntax.
-    return _quoted("(?i)\\b(" + "|".join(re.escape(w) for w in words) + ")")
+    return quoted("(?i)\\b(" + "|".join(re.escape(w) for w in words) + ")")
 
 
 def _content_cue_sql(cfg: DecayConfig) -> str:
@@ -128,7 +123,7 @@ def _lambda(half_life: float) -> float:
 def _ebbinghaus_lambda_sql(cfg: DecayConfig) -> str:
     p = cfg.ebbinghaus
     cases = " ".join(
-        f"WHEN kind = {_quoted(kind)} THEN {_f(_lambda(half_life))}"
+        f"WHEN kind = {quoted(kind)} THEN {_f(_lambda(half_life))}"
         for kind, half_life in sorted(p.kind_half_life_days.items())
     )
     return f"(CASE {cases} ELSE {_f(_lambda(p.half_life_days))} END)"
@@ -153,10 +148,10 @@ def _policy_case(cfg: DecayConfig) -> tuple[str, str]:
     if not cfg.kind_policy:
         return str(_POLICIES.index(cfg.policy)), scores[cfg.policy]
     code_cases = " ".join(
-        f"WHEN kind = {_quoted(k)} THEN {_POLICIES.index(v)}" for k, v in sorted(cfg.kind_policy.items())
+        f"WHEN kind = {quoted(k)} THEN {_POLICIES.index(v)}" for k, v in sorted(cfg.kind_policy.items())
     )
     score_cases = " ".join(
-        f"WHEN kind = {_quoted(k)} THEN {scores[v]}" for k, v in sorted(cfg.kind_policy.items())
+        f"WHEN kind = {quoted(k)} THEN {scores[v]}" for k, v in sorted(cfg.kind_policy.items())
     )
     return (
         f"CASE {code_cases} ELSE {_POLICIES.index(cfg.policy)} END",
@@ -177,7 +172,7 @@ def _group_sql(cfg: Config, source: str, as_of: dt.datetime, *, content_cue_colu
     as_of_us = int(as_of.timestamp() * 1_000_000)
     engram = _POLICIES.index("engram")
     outcome = {name: code for code, name in enumerate(_OUTCOMES)}
-    policy_names = "[" + ", ".join(_quoted(name) for name in _POLICIES) + "]"
+    policy_names = "[" + ", ".join(quoted(name) for name in _POLICIES) + "]"
     return f"""
     WITH base AS (
         SELECT *,

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.config import Config
+from engram_pipelines.sqltext import quoted
 
 # Links that mean "another memory refers to this one" (temporal neighbours and merges do not), written by
 # agents: the pipeline's own associations and derivations are evidence of similarity, not of reference.
@@ -44,7 +45,7 @@ PROMOTION_SCHEMA = pa.schema(
 
 
 def _sql_list(values: list[str]) -> str:
-    return "[" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + "]"
+    return "[" + ", ".join(quoted(v) for v in values) + "]"
 
 
 def promotions(memories: pa.Table, scores: pa.Table, links: pa.Table, config: Config) -> pa.Table:

@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA
 from engram_pipelines.config import Config, TemporalConfig
+from engram_pipelines.sqltext import quoted
 from engram_pipelines.timestamps import format_timestamp
 
 SOURCE = "temporal"
@@ -174,9 +175,9 @@ def _intents(
                  ELSE json_object('dst_id', dst_id, 'kind', 'temporal', 'origin', origin, 'src_id', src_id,
                                   'weight', weight_after) END::VARCHAR AS params,
             CASE action
-                WHEN 'prune' THEN 'weight ' || printf('%.4f', weight_before) || {_quoted(f" decayed (x {cfg.decay_rate} a night) below {cfg.prune_threshold}")}
+                WHEN 'prune' THEN 'weight ' || printf('%.4f', weight_before) || {quoted(f" decayed (x {cfg.decay_rate} a night) below {cfg.prune_threshold}")}
                 WHEN 'build' THEN direction || ' neighbour at distance ' || distance || ' in conversation ' || conversation_id
-                ELSE {_quoted(boost_reason)} END AS reason,
+                ELSE {quoted(boost_reason)} END AS reason,
             CASE WHEN action = 'build'
                  THEN json_object('direction', direction, 'distance', distance, 'rule', 'temporal_build',
                                   'weight_after', weight_after, 'weight_before', weight_before)
@@ -186,9 +187,9 @@ def _intents(
         FROM edges
         UNION ALL
         SELECT DISTINCT namespace, 'memory', CASE WHEN direction = 'forward' THEN dst_id ELSE src_id END,
-            'set_metadata', {_quoted(marker)},
-            {_quoted(f"temporal edges to its previous {cfg.neighbor_k} memories built")},
-            {_quoted(_compact({"neighbors": cfg.neighbor_k, "rule": "temporal_build"}))},
+            'set_metadata', {quoted(marker)},
+            {quoted(f"temporal edges to its previous {cfg.neighbor_k} memories built")},
+            {quoted(_compact({"neighbors": cfg.neighbor_k, "rule": "temporal_build"}))},
             '{SOURCE}', 'auto', NULL
         FROM edges WHERE action = 'build'
         """
@@ -200,7 +201,3 @@ def _intents(
 
 def _compact(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _quoted(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"

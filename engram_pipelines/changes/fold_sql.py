@@ -18,6 +18,7 @@ import duckdb
 import pyarrow as pa
 
 from engram_pipelines.changes.intents import OP_ORDER
+from engram_pipelines.sqltext import quoted
 from engram_pipelines.timestamps import format_timestamp
 
 # Ops this fold handles, in fold order: each sets plain columns and replaces (or removes) whole top-level
@@ -29,12 +30,8 @@ SQL_FOLD_OPS = tuple(
 )
 
 
-def _quoted(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _targets_sql() -> str:
-    ops = ", ".join(_quoted(op) for op in SQL_FOLD_OPS)
+    ops = ", ".join(quoted(op) for op in SQL_FOLD_OPS)
     # A JSON null anywhere in the params sends the row to Python: dict.update keeps a null value, while the
     # fold below reads a missing value as "the key goes". So does metadata that is not a JSON object.
     return f"""
@@ -62,7 +59,7 @@ def fold_in_sql(con: duckdb.DuckDBPyConnection, at: dt.datetime) -> pa.Table:
 
 
 def _fold_sql(at: dt.datetime) -> str:
-    when = _quoted(format_timestamp(at) or "")
+    when = quoted(format_timestamp(at) or "")
     at_us = int(at.timestamp() * 1_000_000)
     rank = "CASE op " + " ".join(f"WHEN '{op}' THEN {OP_ORDER.index(op)}" for op in SQL_FOLD_OPS) + " END"
     pivot = ",\n            ".join(
