@@ -48,10 +48,18 @@ def _positive_finite(value: float, name: str) -> float:
 class CueRule(_Section):
     """A content cue: any of `words` found at a word start in the content (any case) adds `weight`."""
 
-    words: list[str]
+    words: list[str] = Field(min_length=1)
     """Words (or word starts) that signal durable content."""
     weight: float
     """Added to the base score when any word is found."""
+
+    @field_validator("words")
+    @classmethod
+    def _no_blank_word(cls, words: list[str]) -> list[str]:
+        # A blank word would match at every word start: the rule's weight on every row.
+        if any(not word.strip() for word in words):
+            raise ValueError(f"a cue word is blank in {words}")
+        return words
 
 
 class EngramPolicy(_Section):

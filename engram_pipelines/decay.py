@@ -83,12 +83,19 @@ def _word_regex(words: list[str]) -> str:
 
 
 def _content_cue_sql(cfg: DecayConfig) -> str:
-    """SQL: the content cue boost of a row (one regex per rule: the costly part of a score)."""
-    cues = [
+    """SQL: the content cue boost of a row (one regex per rule: the costly part of a score).
+
+    One regex over every cue word first: most contents hold none and are spared the per-rule passes (each pass
+    over the text costs about the same, ~2 s per 10M rows here, so three rules cost ~3x one gate)."""
+    rules = cfg.engram.cues
+    if not rules:
+        return "0.0"
+    per_rule = " + ".join(
         f"CASE WHEN regexp_matches(content, {_word_regex(rule.words)}) THEN {_f(rule.weight)} ELSE 0.0 END"
-        for rule in cfg.engram.cues
-    ]
-    return " + ".join(cues) if cues else "0.0"
+        for rule in rules
+    )
+    any_word = _word_regex([word for rule in rules for word in rule.words])
+    return f"CASE WHEN regexp_matches(content, {any_word}) THEN {per_rule} ELSE 0.0 END"
 
 
 def _cue_sql(cfg: DecayConfig, *, content_cue_column: bool = False) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 
-from engram_pipelines.config import Config, load_config
+from engram_pipelines.config import Config, ConfigError, load_config
 from engram_pipelines.decay import decay_intents, decay_scores
 from tests.lifecycle_helpers import AS_OF, days_ago, snapshot
 
@@ -42,6 +43,22 @@ def test_engram_cues_tags_and_cap():
     assert got["m1"]["score"] == pytest.approx(0.35 + 0.08)
     assert got["m2"]["score"] == pytest.approx(0.35 + 0.25)
     assert got["m3"]["score"] == pytest.approx(0.35)
+
+
+def test_each_cue_rule_alone_in_any_case():
+    # Contents pass one gate regex over every cue word first; each rule must still count on its own.
+    rows = [{"content": "DECISION made"}, {"content": "an Errors list"}, {"content": "the Launch"}]
+    got = scores_of(rows)
+    assert [got[f"m{i}"]["score"] for i in range(3)] == pytest.approx([0.35 + 0.18, 0.35 + 0.12, 0.35 + 0.10])
+
+
+@pytest.mark.parametrize("words", [[], ["release", " "]])
+def test_a_blank_or_empty_cue_rule_is_refused_naming_the_setting(tmp_path, words):
+    # A blank word would match at every word start and add the rule's weight to every row.
+    path = tmp_path / "engram.yaml"
+    path.write_text(yaml.safe_dump({"decay": {"engram": {"cues": [{"words": words, "weight": 0.1}]}}}))
+    with pytest.raises(ConfigError, match="decay.engram.cues.0.words"):
+        load_config(path, env={})
 
 
 def test_pinned_rows_keep_the_floor_and_are_never_stale():
