@@ -100,7 +100,7 @@ def semantic(
     config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
     # Tonight's collapses and zone moves count already: one night settles what a second would otherwise redo.
     memories = project_auto_transitions(
-        wh.read_table("memories", as_of),
+        wh.read_memories(as_of),
         wh.read_table("duplicates", as_of),
         wh.read_table("retention", as_of),
     )
@@ -156,7 +156,7 @@ def compression_asset(
 ) -> dg.MaterializeResult:
     config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
     result, intents = compression(
-        wh.read_table("memories", as_of),
+        wh.read_memories(as_of),
         wh.read_table("similarity_pairs", as_of),
         wh.read_table("decay_scores", as_of),
         config,
@@ -200,7 +200,7 @@ def associations_asset(
 ) -> dg.MaterializeResult:
     config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
     result, intents = associations(
-        wh.read_table("memories", as_of),
+        wh.read_memories(as_of),
         wh.read_table("links", as_of),
         wh.read_table("similarity_pairs", as_of),
         config,
@@ -246,7 +246,7 @@ def temporal(
 ) -> dg.MaterializeResult:
     config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
     result, intents = temporal_edges(
-        wh.read_table("memories", as_of), wh.read_table("links", as_of), config, end_of_day(as_of)
+        wh.read_memories(as_of), wh.read_table("links", as_of), config, end_of_day(as_of)
     )
     return _finish(
         wh,
@@ -280,7 +280,7 @@ _GC_LINEAGE: Lineage = {
 def gc(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     as_of, wh = as_of_date(context), warehouse.get()
     result, intents = garbage_links(
-        wh.read_table("memories", as_of),
+        wh.read_memories(as_of),
         wh.read_table("links", as_of),
         end_of_day(as_of),
         quarantined=wh.read_table("quarantine", as_of, columns=["id"]),

@@ -446,7 +446,7 @@ def preview_decay_cmd(
     if not wh.has_table("memories", day):
         with opened(store_arg) as store:
             take_snapshot(store, wh, day, embedding_dim=config.snapshot.embedding_dim, progress=BarProgress())
-    preview = preview_decay(wh.read_table("memories", day), config, end_of_day(day), end_of_day(target))
+    preview = preview_decay(wh.read_memories(day), config, end_of_day(day), end_of_day(target))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "preview.md").write_text(preview.markdown())
