@@ -8,7 +8,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from engram_pipelines.store import MigrationRequired, StoreError, VersionConflict, open_store, sqlite
+from engram_pipelines.store import MigrationRequired, Outcome, StoreError, VersionConflict, open_store, sqlite
 from engram_pipelines.store.migrations import LATEST_VERSION
 from tests.conftest import T0, memory
 
@@ -17,6 +17,29 @@ def test_migrations_are_versioned_and_idempotent(store):
     assert store.schema_version() == LATEST_VERSION
     assert store.migrate() == []
     assert store.schema_version() == LATEST_VERSION
+
+
+def test_migration_2_keeps_the_ledger_and_keys_it_per_change_set(store_url, monkeypatch):
+    from engram_pipelines.store import base
+    from engram_pipelines.store.migrations import MIGRATIONS
+
+    monkeypatch.setattr(base, "MIGRATIONS", MIGRATIONS[:1])  # a store as release 1 left it
+    with open_store(store_url, migrate=True) as old, old.write_transaction() as cur:
+        cur.execute(
+            old._sql(
+                "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at) "
+                "VALUES (?, ?, ?, ?, ?, ?)"
+            ),
+            ("c1", "set-a", "m1", "ineligible", "gone", old._to_db("created_at", T0)),
+        )
+    monkeypatch.setattr(base, "MIGRATIONS", MIGRATIONS)
+    with open_store(store_url, migrate=True) as store:
+        assert store.schema_version() == LATEST_VERSION
+        assert store.ledger("set-a") == {"c1": ("ineligible", "gone")}
+        # The same change (same content, so the same id) proposed again by another night's set has its own row.
+        store.record_outcomes("set-b", [Outcome("c1", "m1", "applied")])
+        assert store.ledger("set-a") == {"c1": ("ineligible", "gone")}
+        assert store.ledger("set-b") == {"c1": ("applied", None)}
 
 
 def test_a_store_behind_the_schema_names_the_fix(tmp_path):

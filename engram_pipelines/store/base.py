@@ -518,7 +518,7 @@ class Store(ABC):
         cur.executemany(
             self._sql(
                 "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (change_id) DO UPDATE SET outcome = excluded.outcome, "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (change_set_id, target_id, change_id) DO UPDATE SET outcome = excluded.outcome, "
                 "detail = excluded.detail, at = excluded.at"
             ),
             [
@@ -660,7 +660,7 @@ class Store(ABC):
                 self._sql(
                     "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at) "
                     "SELECT change_id, ?, target_id, 'applied', NULL, ? FROM _batch WHERE hit = 1 "
-                    "ON CONFLICT (change_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, "
+                    "ON CONFLICT (change_set_id, target_id, change_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, "
                     "at = excluded.at"
                 ),
                 (change_set_id, at),
@@ -840,7 +840,7 @@ class Store(ABC):
                 "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at) "
                 f"SELECT change_id, ?, {target}, CASE WHEN {landed} THEN 'applied' ELSE 'ineligible' END, "
                 f"CASE WHEN {landed} THEN NULL ELSE 'link no longer exists' END, ? FROM _link_batch WHERE true "
-                "ON CONFLICT (change_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, "
+                "ON CONFLICT (change_set_id, target_id, change_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, "
                 "at = excluded.at"
             ),
             (change_set_id, db_at),
