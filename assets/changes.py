@@ -15,7 +15,7 @@ from engram_pipelines.changes.invariants import (
     several_writes_per_row,
 )
 from engram_pipelines.changes.propose import propose_change_sets
-from engram_pipelines.changes.registry import find_change_set, load_change_set
+from engram_pipelines.changes.registry import find_change_set, load_change_set, ops_by
 from engram_pipelines.changes.revert import approve_change_set
 from engram_pipelines.plots import changes_by_op, markdown_image
 from engram_pipelines.progress import LogProgress
@@ -136,7 +136,7 @@ def change_set(
             "sample": sample_markdown(both, ["review_class", "namespace", "target_id", "op", "reason"]),
             "changes_by_namespace": dg.MetadataValue.md(
                 markdown_image(
-                    changes_by_op(_ops_by(both, "namespace"), "Changes by op and namespace"), "by namespace"
+                    changes_by_op(ops_by(both, "namespace"), "Changes by op and namespace"), "by namespace"
                 )
             ),
             "changes_over_time": dg.MetadataValue.md(
@@ -146,14 +146,6 @@ def change_set(
             ),
         }
     )
-
-
-def _ops_by(table: pa.Table, column: str) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for key, ops in zip(table.column(column).to_pylist(), table.column("ops").to_pylist(), strict=True):
-        for op in ops:
-            out.setdefault(key, {})[op] = out.setdefault(key, {}).get(op, 0) + 1
-    return out
 
 
 def _ops_over_time(records) -> dict[str, dict[str, int]]:

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -18,7 +19,7 @@ from engram_pipelines.changes.invariants import (
     destructive_on_pinned,
     several_writes_per_row,
 )
-from engram_pipelines.changes.registry import load_change_set
+from engram_pipelines.changes.registry import counts_of, load_change_set, ops_by
 from engram_pipelines.changes.revert import (
     RestoreError,
     approve_change_set,
@@ -470,3 +471,24 @@ def test_composing_namespace_ranges_gives_the_one_piece_table(tmp_path, warehous
     for klass in whole:
         assert ranged[klass].equals(whole[klass], check_metadata=True), klass
     assert whole["auto"].num_rows == 9 + 6
+
+
+def test_change_set_counts_count_each_op_of_a_composed_change():
+    table = pa.table(
+        {
+            "namespace": ["b", "a", "b", "a"],
+            "ops": [["mark_stale", "move_zone"], ["mark_stale"], ["move_zone"], ["purge", "mark_stale"]],
+            "destructive": [True, False, False, True],
+        }
+    )
+    assert counts_of(table) == {
+        "total": 4,
+        "by_op": {"mark_stale": 3, "move_zone": 2, "purge": 1},
+        "by_namespace": {"a": 2, "b": 2},
+        "destructive": 2,
+    }
+    assert ops_by(table, "namespace") == {
+        "a": {"mark_stale": 2, "purge": 1},
+        "b": {"mark_stale": 1, "move_zone": 2},
+    }
+    assert counts_of(table.slice(0, 0)) == {"total": 0, "by_op": {}, "by_namespace": {}, "destructive": 0}

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engram_pipelines.changes.compose import CHANGE_SCHEMA, change_set_id_of
@@ -19,15 +20,37 @@ class ChangeSetNotFound(LookupError):
     pass
 
 
+def ops_by(table: pa.Table, column: str) -> dict[str, dict[str, int]]:
+    """`column`'s value -> op -> changes listing that op (a change composed of several ops counts for each),
+    both sorted. Counted in Arrow: a first night at 1M memories has 3.5M changes."""
+    ops = table.column("ops").combine_chunks()
+    flat = pa.table(
+        {
+            "key": table.column(column).combine_chunks().take(pc.list_parent_indices(ops)),
+            "op": pc.list_flatten(ops),
+        }
+    )
+    counts = (
+        flat.group_by(["key", "op"])
+        .aggregate([([], "count_all")])
+        .sort_by([("key", "ascending"), ("op", "ascending")])
+    )
+    out: dict[str, dict[str, int]] = {}
+    for key, op, n in zip(*(counts.column(c).to_pylist() for c in ("key", "op", "count_all")), strict=True):
+        out.setdefault(key, {})[op] = n
+    return out
+
+
 def counts_of(table: pa.Table) -> dict[str, Any]:
-    ops: Counter[str] = Counter()
-    for ops_list in table.column("ops").to_pylist():
-        ops.update(ops_list)
+    by_op: Counter[str] = Counter()
+    for ops in ops_by(table, "namespace").values():
+        by_op.update(ops)
+    namespaces = pc.value_counts(table.column("namespace")).to_pylist()
     return {
         "total": table.num_rows,
-        "by_op": dict(sorted(ops.items())),
-        "by_namespace": dict(sorted(Counter(table.column("namespace").to_pylist()).items())),
-        "destructive": sum(table.column("destructive").to_pylist()),
+        "by_op": dict(sorted(by_op.items())),
+        "by_namespace": dict(sorted((c["values"], c["counts"]) for c in namespaces)),
+        "destructive": int(pc.sum(table.column("destructive")).as_py() or 0),
     }
 
 
