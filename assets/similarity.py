@@ -76,12 +76,12 @@ def _embed_shard(
 def _combine_embeddings(
     context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shards: int
 ) -> dict[str, Any]:
-    table = wh.read_shards("embeddings", as_of, shards)
-    wh.write_table("embeddings", as_of, table)
+    path = wh.combine_shards("embeddings", as_of, shards)
+    table = pq.read_table(path, columns=["source", "model"])  # the vectors are not needed for the counts
     embedder_name = config.embeddings.embedder
     sources = value_counts(table, "source")
     return {
-        **standard(table.schema, table.num_rows),
+        **standard(pq.read_schema(path), table.num_rows),
         "dagster/column_lineage": column_lineage(_EMBEDDINGS_LINEAGE),
         "stored": sources.get("stored", 0),
         "embedded": sources.get("embedded", 0),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -140,13 +141,35 @@ class Warehouse:
     def write_shard(self, table: str, as_of: dt.date, shard: int, shards: int, data: pa.Table) -> Path:
         return write_parquet(data, self.shard_path(table, as_of, shard, shards))
 
-    def read_shards(self, table: str, as_of: dt.date, shards: int) -> pa.Table:
+    def _shard_paths(self, table: str, as_of: dt.date, shards: int) -> list[Path]:
         """Every shard's part, in shard order; a missing shard is an error (its step did not finish)."""
         paths = [self.shard_path(table, as_of, shard, shards) for shard in range(shards)]
         missing = [p.name for p in paths if not p.exists()]
         if missing:
             raise FileNotFoundError(f"{table} for {as_of}: shards {', '.join(missing)} were not written")
-        return pa.concat_tables([pq.read_table(p) for p in paths])
+        return paths
+
+    def read_shards(self, table: str, as_of: dt.date, shards: int) -> pa.Table:
+        return pa.concat_tables([pq.read_table(p) for p in self._shard_paths(table, as_of, shards)])
+
+    def combine_shards(self, table: str, as_of: dt.date, shards: int) -> Path:
+        """Replace the table's partition with its shards' parts, in shard order. A single part is linked into
+        place, not read and rewritten (at 1M memories the embeddings' one part took 26 s to copy); the shard
+        part stays, so the step can run again."""
+        paths = self._shard_paths(table, as_of, shards)
+        if len(paths) > 1:
+            return self.write_table(table, as_of, self.read_shards(table, as_of, shards))
+        final = self.partition_dir(table, as_of)
+        staging = final.with_name(final.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            os.link(paths[0], staging / "part-0.parquet")
+        except OSError:  # another file system (or no hard links there): copy it
+            shutil.copyfile(paths[0], staging / "part-0.parquet")
+        shutil.rmtree(final, ignore_errors=True)
+        staging.rename(final)
+        return final / "part-0.parquet"
 
     def write_proposals(self, source: str, as_of: dt.date, intents: pa.Table) -> Path:
         """One analysis's intents for a partition (read back by the change-set step)."""

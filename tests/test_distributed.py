@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -49,6 +50,19 @@ def test_combining_shards_fails_when_a_shard_is_missing(tmp_path: Path):
     wh.write_shard("embeddings", AS_OF, 0, 2, pa.table({"namespace": ["a"]}))
     with pytest.raises(FileNotFoundError, match="shard-1-of-2"):
         wh.read_shards("embeddings", AS_OF, 2)
+
+
+def test_combining_shards_keeps_shard_order_and_one_part_is_linked_not_rewritten(tmp_path: Path):
+    wh = Warehouse(tmp_path)
+    for shard, names in enumerate((["b"], ["a", "c"])):
+        wh.write_shard("embeddings", AS_OF, shard, 2, pa.table({"namespace": names}))
+    two = wh.combine_shards("embeddings", AS_OF, 2)
+    assert pq.read_table(two)["namespace"].to_pylist() == ["b", "a", "c"]
+    part = wh.write_shard("embeddings", AS_OF, 0, 1, pa.table({"namespace": ["z"]}))
+    one = wh.combine_shards("embeddings", AS_OF, 1)
+    assert wh.read_table("embeddings", AS_OF)["namespace"].to_pylist() == ["z"]
+    assert one.stat().st_ino == part.stat().st_ino and part.exists()  # linked; the step can run again
+    assert wh.combine_shards("embeddings", AS_OF, 1).stat().st_ino == part.stat().st_ino
 
 
 def _demo(path: Path) -> str:
