@@ -242,14 +242,21 @@ class VectorIndex:
         self._row = dict(zip(ids, range(len(ids)), strict=True))
         self.models = np.asarray(vectors["model"].to_pylist(), dtype=object)
         dim = max(vectors.schema.field("vector").type.list_size, 1)
-        # One copy of the vectors, normalised in place: at 1M x 384 each copy is 1.5 GB, and combining the
-        # chunks, norm's squares and the division made three more (the night's peak at 1M).
-        chunks = [c.flatten().to_numpy(zero_copy_only=False) for c in vectors["vector"].chunks]
-        matrix = np.concatenate(chunks).astype(np.float32, copy=False) if chunks else np.zeros(0, np.float32)
-        matrix = matrix.reshape(-1, dim)
-        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))[:, None]
-        matrix /= np.where(norms == 0, 1.0, norms)
-        self.matrix = matrix
+        # The table's own vectors (a view when they are one chunk) and their norms; rows are normalised when
+        # asked for. At 1M x 384 a copy is 1.5 GB: copying and normalising them all made the night's peak.
+        column = vectors["vector"]
+        flat = (
+            column.chunk(0).flatten().to_numpy(zero_copy_only=False)
+            if column.num_chunks == 1
+            else np.concatenate([c.flatten().to_numpy(zero_copy_only=False) for c in column.chunks] or [[]])
+        )
+        self._vectors = np.asarray(flat, dtype=np.float32).reshape(-1, dim)
+        norms = np.sqrt(np.einsum("ij,ij->i", self._vectors, self._vectors))
+        self._norms = np.where(norms == 0, 1.0, norms).astype(np.float32)[:, None]
+
+    def unit(self, rows: np.ndarray | int) -> np.ndarray:
+        """The unit vectors of `rows` (one row: a vector)."""
+        return self._vectors[rows] / self._norms[rows]
 
     def rows(self, ids: Iterable[str]) -> np.ndarray:
         """Row index of each id, -1 when it has no vector."""
@@ -270,7 +277,7 @@ class VectorIndex:
         rows = self.rows_of_model(ids, model)
         if rows.size == 0:
             return None
-        mean = self.matrix[rows].mean(axis=0)
+        mean = self.unit(rows).mean(axis=0)
         norm = float(np.linalg.norm(mean))
         return None if norm == 0 else mean / norm
 
@@ -278,7 +285,7 @@ class VectorIndex:
         row = self._row.get(memory_id, -1)
         if row < 0 or centroid is None:
             return None
-        return float(self.matrix[row] @ centroid)
+        return float(self.unit(row) @ centroid)
 
 
 # -- memory facts --------------------------------------------------------------------------------------------
@@ -811,7 +818,7 @@ def _mark_compressed(run: _Run, candidates: pa.Table) -> None:
         ids, rows = ids[in_model], rows[in_model]
         if not usable or rows.size == 0:
             continue
-        similarity = run.vectors.matrix[rows] @ np.stack([c for _, c in usable]).T
+        similarity = run.vectors.unit(rows) @ np.stack([c for _, c in usable]).T
         best = np.argmax(similarity, axis=1)
         best_score = similarity[np.arange(rows.size), best]
         for position in np.flatnonzero(best_score >= run.cfg.compression_threshold).tolist():
