@@ -109,28 +109,32 @@ class Warehouse:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def write_table(self, table: str, as_of: dt.date, data: pa.Table) -> Path:
-        """Replace one partition of a table atomically (write aside, then rename)."""
+    @contextmanager
+    def _replacing(self, table: str, as_of: dt.date) -> Iterator[Path]:
+        """The path to write one partition's part at; the partition is replaced by it (renamed into place)
+        only when the block ends without an error, so a reader never sees half of one."""
         final = self.partition_dir(table, as_of)
         staging = final.with_name(final.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        pq.write_table(data, staging / "part-0.parquet", **_codecs(data.schema))
+        yield staging / "part-0.parquet"
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
-        return final / "part-0.parquet"
+
+    def write_table(self, table: str, as_of: dt.date, data: pa.Table) -> Path:
+        """Replace one partition of a table atomically (write aside, then rename)."""
+        with self._replacing(table, as_of) as part:
+            pq.write_table(data, part, **_codecs(data.schema))
+        return self.table_path(table, as_of)
 
     @contextmanager
     def partition_writer(self, table: str, as_of: dt.date, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
         """Stream record batches into one partition; it appears (atomically) only when the writer closes."""
-        final = self.partition_dir(table, as_of)
-        staging = final.with_name(final.name + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        with pq.ParquetWriter(staging / "part-0.parquet", schema, **_codecs(schema)) as writer:
+        with (
+            self._replacing(table, as_of) as part,
+            pq.ParquetWriter(part, schema, **_codecs(schema)) as writer,
+        ):
             yield writer
-        shutil.rmtree(final, ignore_errors=True)
-        staging.rename(final)
 
     def shard_path(self, table: str, as_of: dt.date, shard: int, shards: int) -> Path:
         """One shard's part of a table, before the shards are combined (shards/<table>/as_of=D/)."""
@@ -159,17 +163,12 @@ class Warehouse:
         paths = self._shard_paths(table, as_of, shards)
         if len(paths) > 1:
             return self.write_table(table, as_of, self.read_shards(table, as_of, shards))
-        final = self.partition_dir(table, as_of)
-        staging = final.with_name(final.name + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        try:
-            os.link(paths[0], staging / "part-0.parquet")
-        except OSError:  # another file system (or no hard links there): copy it
-            shutil.copyfile(paths[0], staging / "part-0.parquet")
-        shutil.rmtree(final, ignore_errors=True)
-        staging.rename(final)
-        return final / "part-0.parquet"
+        with self._replacing(table, as_of) as part:
+            try:
+                os.link(paths[0], part)
+            except OSError:  # another file system (or no hard links there): copy it
+                shutil.copyfile(paths[0], part)
+        return self.table_path(table, as_of)
 
     def write_proposals(self, source: str, as_of: dt.date, intents: pa.Table) -> Path:
         """One analysis's intents for a partition (read back by the change-set step)."""
