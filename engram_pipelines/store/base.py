@@ -100,6 +100,14 @@ class ChangeSetRecord:
     reverted_at: dt.datetime | None = None
 
 
+# Every ledger write; an outcome recorded twice for one change (a retry's second outcome) replaces the first.
+_LEDGER_INSERT = "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at)"
+_LEDGER_UPSERT = (
+    "ON CONFLICT (change_set_id, target_id, change_id) DO UPDATE SET outcome = excluded.outcome, "
+    "detail = excluded.detail, at = excluded.at"
+)
+
+
 class Store(ABC):
     """A live memory store. Use as a context manager or call close()."""
 
@@ -516,11 +524,7 @@ class Store(ABC):
         if not outcomes:
             return
         cur.executemany(
-            self._sql(
-                "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (change_set_id, target_id, change_id) DO UPDATE SET outcome = excluded.outcome, "
-                "detail = excluded.detail, at = excluded.at"
-            ),
+            self._sql(f"{_LEDGER_INSERT} VALUES (?, ?, ?, ?, ?, ?) {_LEDGER_UPSERT}"),
             [
                 (o.change_id, change_set_id, o.target_id, o.outcome, o.detail, self._to_db("created_at", at))
                 for o in outcomes
@@ -658,10 +662,9 @@ class Store(ABC):
                 cur.execute(self._update_from_batch_sql(), (at,))
             cur.execute(
                 self._sql(
-                    "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at) "
+                    f"{_LEDGER_INSERT} "
                     "SELECT change_id, ?, target_id, 'applied', NULL, ? FROM _batch WHERE hit = 1 "
-                    "ON CONFLICT (change_set_id, target_id, change_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, "
-                    "at = excluded.at"
+                    f"{_LEDGER_UPSERT}"
                 ),
                 (change_set_id, at),
             )
@@ -837,11 +840,10 @@ class Store(ABC):
         )
         cur.execute(
             self._sql(
-                "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at) "
+                f"{_LEDGER_INSERT} "
                 f"SELECT change_id, ?, {target}, CASE WHEN {landed} THEN 'applied' ELSE 'ineligible' END, "
                 f"CASE WHEN {landed} THEN NULL ELSE 'link no longer exists' END, ? FROM _link_batch WHERE true "
-                "ON CONFLICT (change_set_id, target_id, change_id) DO UPDATE SET outcome = excluded.outcome, detail = excluded.detail, "
-                "at = excluded.at"
+                f"{_LEDGER_UPSERT}"
             ),
             (change_set_id, db_at),
         )
