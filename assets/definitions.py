@@ -17,7 +17,10 @@ def build_definitions(
     config = load_config(config_path)
     modules = [ingest, lifecycle, similarity, contradictions, knowledge, changes, reports, history]
     return dg.Definitions(
-        assets=[*dg.load_assets_from_modules(modules), *similarity.sharded_assets(config.execution.shards)],
+        assets=[
+            *dg.load_assets_from_modules(modules),
+            *similarity.sharded_assets(config.execution.shard_count),
+        ],
         asset_checks=dg.load_asset_checks_from_modules(modules),
         jobs=[nightly_job, consolidate_job, backfill_job],
         executor=executor_for(config.execution),

@@ -86,13 +86,15 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     parser.add_argument("--stores", nargs="+", default=["sqlite"], choices=["sqlite", "postgres"])
     parser.add_argument("--executor", default="in_process", choices=["in_process", "multiprocess", "dask"])
-    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--shards", type=int, help="execution.shards (default: 1 in process, else 4)")
     parser.add_argument("--first-night-only", action="store_true", help="skip the quiet next night")
     args = parser.parse_args()
-    os.environ["ENGRAM_EXECUTOR"], os.environ["ENGRAM_SHARDS"] = args.executor, str(args.shards)
+    os.environ["ENGRAM_EXECUTOR"] = args.executor
+    if args.shards is not None:
+        os.environ["ENGRAM_SHARDS"] = str(args.shards)
     print(
         f"# nightly benchmark, {dt.date.today()}, {platform.machine()}, {os.cpu_count()} cores, "
-        f"executor {args.executor}, {args.shards} shards, load average {os.getloadavg()[0]:.1f}"
+        f"executor {args.executor}, shards {args.shards or 'default'}, load average {os.getloadavg()[0]:.1f}"
     )
     server = None
     if "postgres" in args.stores:

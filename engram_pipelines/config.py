@@ -364,10 +364,16 @@ class ExecutionConfig(_Section):
     """Steps at once (multiprocess), or worker processes of the local Dask cluster."""
     dask_scheduler: str = ""
     """Address of a running Dask scheduler (tcp://host:8786); empty starts a local cluster per run."""
-    shards: int = Field(4, ge=1, le=256)
-    """Namespace hash shards: the sharded analyses run one step per shard, in parallel on the executor. With
-    `in_process` the steps run one after another and each reads the whole file's vectors to pick its rows: use 1
-    there (at 1M memories: 70 s less, 400 MB more peak; docs/benchmarks.md)."""
+    shards: int | None = Field(None, ge=1, le=256)
+    """Namespace hash shards: the sharded analyses run one step per shard, in parallel on the executor. Unset:
+    1 with `in_process` (its steps run one after another and each would read the whole file's vectors to pick its
+    rows: at 1M memories one shard is 70 s faster; docs/benchmarks.md), else 4."""
+
+    @property
+    def shard_count(self) -> int:
+        if self.shards is not None:
+            return self.shards
+        return 1 if self.executor == "in_process" else 4
 
 
 class ScheduleConfig(_Section):

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from engram_pipelines.config import ExecutionConfig
 from engram_pipelines.demo_loader import load_demo
 from engram_pipelines.jobrunner import execute_job
 from engram_pipelines.shards import namespaces_in_shard, shard_of
@@ -26,6 +27,13 @@ def test_every_namespace_falls_in_exactly_one_static_shard():
     assert sorted(n for part in parts for n in part) == sorted(names)
     assert all(len(part) > 20 for part in parts), "crc32 spreads namespaces over the shards"
     assert shard_of("ns-7", 4) == shard_of("ns-7", 4) == [i for i, p in enumerate(parts) if "ns-7" in p][0]
+
+
+def test_shards_default_to_one_in_process_and_four_on_parallel_executors():
+    assert ExecutionConfig().shard_count == 1
+    assert ExecutionConfig(executor="multiprocess").shard_count == 4
+    assert ExecutionConfig(executor="dask", shards=3).shard_count == 3
+    assert ExecutionConfig(shards=2).shard_count == 2
 
 
 def test_reading_a_shard_loads_only_its_namespaces(tmp_path: Path):
