@@ -23,7 +23,7 @@ from engram_pipelines.plots import cluster_sizes, markdown_image, similarity_his
 from engram_pipelines.progress import LogProgress
 from engram_pipelines.retention import leaving_active
 from engram_pipelines.timestamps import end_of_day
-from engram_pipelines.vectors import partition_vectors
+from engram_pipelines.vectors import VECTOR_INPUT_COLUMNS, partition_vectors
 from engram_pipelines.warehouse import Warehouse
 
 _MERGE_COLUMNS = [
@@ -66,7 +66,7 @@ _PAIRS_LINEAGE: Lineage = {
 def _embed_shard(
     context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shard: int, shards: int
 ) -> None:
-    memories = wh.read_shard("memories", as_of, shard, shards)
+    memories = wh.read_shard("memories", as_of, shard, shards, columns=VECTOR_INPUT_COLUMNS)
     embedder = load_embedder(config.embeddings.embedder)
     table, stats = partition_vectors(memories, embedder, wh.root, progress=LogProgress(context.log))
     wh.write_shard("embeddings", as_of, shard, shards, table)

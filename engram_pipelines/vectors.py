@@ -71,68 +71,77 @@ class EmbeddingCache:
         self.cache.add(pa.table({"sha": pa.array(shas, pa.string()), "vector": vector}))
 
 
-def content_shas(contents: list[str]) -> list[str]:
-    from engram_pipelines.changes.intents import content_sha
+# The snapshot columns partition_vectors reads (callers may pass a table of just these).
+VECTOR_INPUT_COLUMNS = [
+    "id",
+    "namespace",
+    "content",
+    "metadata",
+    "embedding",
+    "embedding_model",
+    "embedded_content_sha",
+]
 
-    return [content_sha(c) for c in contents]
+
+def _row_flags(memories: pa.Table) -> pa.Table:
+    """Per row, in order: excluded (metadata `embeddingExcluded`), the content's hash (`content_sha`, computed by
+    DuckDB) and whether a stored vector is current (no recorded hash, or the content's). The vectors never pass
+    through DuckDB: its result would be a second copy of them."""
+    con = duckdb.connect()
+    n = memories.num_rows
+    con.register(
+        "m",
+        memories.select(["content", "metadata", "embedded_content_sha"]).append_column(
+            "pos", pa.array(np.arange(n, dtype=np.int64))
+        ),
+    )
+    flags = con.sql(
+        """
+        SELECT pos, coalesce(TRY_CAST(json_extract(metadata, '$.embeddingExcluded') AS BOOLEAN), false) AS excluded,
+            sha, embedded_content_sha IS NULL OR embedded_content_sha = sha AS fresh
+        FROM (SELECT *, left(sha256(content), 16) AS sha FROM m)
+        """
+    ).to_arrow_table()
+    if not np.array_equal(flags["pos"].to_numpy(), np.arange(n)):
+        flags = flags.sort_by("pos")
+    return flags
 
 
 def partition_vectors(
     memories: pa.Table, embedder: Embedder, warehouse_root: Path, *, progress: Progress | None = None
 ) -> tuple[pa.Table, VectorStats]:
-    """(id, namespace, model, source, vector) for every comparable memory of the snapshot, and counts."""
-    con = duckdb.connect()
-    con.register(
-        "m",
-        memories.select(
-            ["id", "namespace", "content", "metadata", "embedding", "embedding_model", "embedded_content_sha"]
-        ),
-    )
-    rows = con.sql(
-        """
-        SELECT id, namespace, content, embedding, embedding_model, embedded_content_sha,
-            coalesce(TRY_CAST(json_extract(metadata, '$.embeddingExcluded') AS BOOLEAN), false) AS excluded
-        FROM m
-        """
-    ).to_arrow_table()
-    excluded = rows["excluded"].to_numpy(zero_copy_only=False)
+    """(id, namespace, model, source, vector) for every comparable memory of the snapshot, and counts.
+
+    Stored vectors are passed on without a copy when every row keeps its own (the usual night): at 1M x 384 each
+    copy is 1.5 GB of peak memory."""
+    flags = _row_flags(memories)
+    excluded = flags["excluded"].to_numpy(zero_copy_only=False)
+    has_vector = memories["embedding"].is_valid().to_numpy(zero_copy_only=False)
+    current = has_vector & flags["fresh"].to_numpy(zero_copy_only=False) & ~excluded
     stats = VectorStats(excluded=int(excluded.sum()))
-    rows = rows.filter(pa.array(~excluded))
-    shas = content_shas(rows["content"].to_pylist())
-    stored_sha = rows["embedded_content_sha"].to_pylist()
-    has_vector = rows["embedding"].is_valid().to_numpy(zero_copy_only=False)
-    # A vector is current unless we know the content changed after it was embedded.
-    current = has_vector & np.array(
-        [s is None or s == c for s, c in zip(stored_sha, shas, strict=True)], bool
-    )
     dim = embedder.dim
+    if memories.schema.field("embedding").type.list_size != dim:
+        current[:] = False  # vectors of another size are re-embedded with the configured model
     parts: list[pa.Table] = []
     if current.any():
-        kept = rows.filter(pa.array(current))
-        stored_dim = kept.schema.field("embedding").type.list_size
-        same_dim = stored_dim == dim
-        if same_dim:
-            parts.append(
-                pa.table(
-                    {
-                        "id": kept["id"],
-                        "namespace": kept["namespace"],
-                        "model": kept["embedding_model"],
-                        "source": pa.array(["stored"] * kept.num_rows, pa.string()),
-                        "vector": kept["embedding"],
-                    }
-                ).cast(vector_schema(dim))
-            )
-            stats.stored = kept.num_rows
-        else:
-            current[:] = False  # vectors of another size are re-embedded with the configured model
-    todo = np.flatnonzero(~current)
-    if todo.size:
+        kept = memories if current.all() else memories.filter(pa.array(current))
         parts.append(
-            _embed_missing(
-                rows.take(pa.array(todo)), [shas[i] for i in todo], embedder, warehouse_root, stats, progress
-            )
+            pa.table(
+                {
+                    "id": kept["id"],
+                    "namespace": kept["namespace"],
+                    "model": kept["embedding_model"],
+                    "source": pa.nulls(kept.num_rows, pa.string()).fill_null("stored"),
+                    "vector": kept["embedding"],
+                }
+            ).cast(vector_schema(dim))
         )
+        stats.stored = kept.num_rows
+    todo = np.flatnonzero(~current & ~excluded)
+    if todo.size:
+        rows = memories.select(["id", "namespace", "content"]).take(pa.array(todo))
+        shas = flags["sha"].take(pa.array(todo)).to_pylist()
+        parts.append(_embed_missing(rows, shas, embedder, warehouse_root, stats, progress))
     table = pa.concat_tables(parts) if parts else vector_schema(dim).empty_table()
     stats.models = (
         {str(k["values"]): int(k["counts"]) for k in pc.value_counts(table["model"]).to_pylist()}
@@ -159,10 +168,11 @@ def _embed_missing(
         vectors = embed_in_batches(embedder, [text_of[s] for s in missing], progress=progress)
         cache.add(missing, vectors)
         known.update(zip(missing, vectors, strict=True))
-    stats.embedded += sum(1 for s in shas if s in set(missing))
-    stats.cached += len(shas) - sum(1 for s in shas if s in set(missing))
-    matrix = np.stack([known[s] for s in shas]).astype(np.float32)
     missing_set = set(missing)
+    embedded = sum(1 for s in shas if s in missing_set)
+    stats.embedded += embedded
+    stats.cached += len(shas) - embedded
+    matrix = np.stack([known[s] for s in shas]).astype(np.float32)
     return pa.table(
         {
             "id": rows["id"],

@@ -7,8 +7,11 @@ import json
 import socket
 import zlib
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from engram_pipelines.changes import intents
@@ -22,6 +25,7 @@ from engram_pipelines.embeddings import (
     load_embedder,
     needs_embedding,
 )
+from engram_pipelines.vectors import partition_vectors
 
 # -- test doubles and plug-ins (they live here, never in the package) ---------------------------------------
 
@@ -271,3 +275,60 @@ def test_is_embedding_excluded_tolerates_odd_metadata() -> None:
     assert not is_embedding_excluded("not json")
     assert not is_embedding_excluded("")
     assert not is_embedding_excluded(None)
+
+
+def _vector_rows(
+    contents: list[str], stored: list[bool], shas: list[str | None], metadata: list[str]
+) -> pa.Table:
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(np.full(16 * len(contents), 0.25, np.float32)), 16)
+    return pa.table(
+        {
+            "id": [f"m{i}" for i in range(len(contents))],
+            "namespace": ["ns"] * len(contents),
+            "content": contents,
+            "metadata": metadata,
+            "embedding": pc.if_else(pa.array(stored), vectors, pa.nulls(len(contents), vectors.type)),
+            "embedding_model": ["test-hash-16" if s else None for s in stored],
+            "embedded_content_sha": shas,
+        }
+    )
+
+
+def test_partition_vectors_keeps_current_vectors_and_embeds_the_rest(tmp_path: Path) -> None:
+    contents = [
+        "kept as stored",
+        "edited since embedded",
+        "never embedded",
+        "excluded row",
+        "no recorded hash",
+    ]
+    memories = _vector_rows(
+        contents,
+        stored=[True, True, False, False, True],
+        shas=[content_sha(contents[0]), content_sha("the old text"), None, None, None],
+        metadata=["{}", "{}", "{}", json.dumps({"embeddingExcluded": True}), "{}"],
+    )
+    embedder = HashEmbedder()
+    table, stats = partition_vectors(memories, embedder, tmp_path)
+    assert dict(zip(table["id"].to_pylist(), table["source"].to_pylist(), strict=True)) == {
+        "m0": "stored",
+        "m4": "stored",
+        "m1": "embedded",
+        "m2": "embedded",
+    }
+    assert sorted(text for batch in embedder.batches for text in batch) == [
+        "edited since embedded",
+        "never embedded",
+    ]
+    assert (stats.stored, stats.embedded, stats.cached, stats.excluded) == (2, 2, 0, 1)
+    again, stats = partition_vectors(memories, HashEmbedder(), tmp_path)
+    assert (stats.embedded, stats.cached) == (0, 2), "the second run finds both embeddings in the cache"
+    assert again["vector"].equals(table["vector"])
+
+
+def test_partition_vectors_passes_stored_vectors_on_without_a_copy(tmp_path: Path) -> None:
+    contents = ["one", "two", "three"]
+    memories = _vector_rows(contents, [True] * 3, [content_sha(c) for c in contents], ["{}"] * 3)
+    table, _ = partition_vectors(memories, HashEmbedder(), tmp_path)
+    ours, theirs = table["vector"].chunk(0).values, memories["embedding"].chunk(0).values
+    assert ours.buffers()[1].address == theirs.buffers()[1].address
