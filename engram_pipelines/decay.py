@@ -30,22 +30,26 @@ from engram_pipelines.config import Config, DecayConfig
 from engram_pipelines.sqltext import quoted
 from engram_pipelines.warehouse import write_parquet
 
+# Policy, outcome and reason take a handful of values over millions of rows: dictionary-encoded, they are
+# built from the query's small integer codes without a string per row (read back as strings by DuckDB).
+_CODED = pa.dictionary(pa.uint8(), pa.string())
+
 DECAY_SCHEMA = pa.schema(
     [
         pa.field("id", pa.string(), nullable=False),
         pa.field("namespace", pa.string(), nullable=False),
         pa.field("kind", pa.string(), nullable=False),
-        pa.field("policy", pa.string(), nullable=False),
+        pa.field("policy", _CODED, nullable=False),
         pa.field("age_days", pa.float64()),
         pa.field("score", pa.float64()),
         pa.field("previous_score", pa.float64()),
         pa.field("stale_before", pa.bool_(), nullable=False),
         pa.field("stale_after", pa.bool_(), nullable=False),
         pa.field(
-            "outcome", pa.string(), nullable=False
+            "outcome", _CODED, nullable=False
         ),  # ok | stale | recovered | became_stale | pinned | exempt
         pa.field("review_interval_days", pa.float64()),
-        pa.field("reasons", pa.string(), nullable=False),
+        pa.field("reasons", pa.dictionary(pa.int32(), pa.string()), nullable=False),
     ]
 )
 
@@ -179,7 +183,6 @@ def _group_sql(cfg: Config, source: str, as_of: dt.datetime, *, content_cue_colu
     as_of_us = int(as_of.timestamp() * 1_000_000)
     engram = _POLICIES.index("engram")
     outcome = {name: code for code, name in enumerate(_OUTCOMES)}
-    policy_names = "[" + ", ".join(quoted(name) for name in _POLICIES) + "]"
     return f"""
     WITH base AS (
         SELECT *,
@@ -215,17 +218,30 @@ def _group_sql(cfg: Config, source: str, as_of: dt.datetime, *, content_cue_colu
         (CASE WHEN kind = 'block' THEN 0 ELSE policy_code END)::UTINYINT AS policy_code,
         age_days, final_score AS score, stale_after, outcome_code::UTINYINT AS outcome_code,
         CASE WHEN lam > 0 AND final_score > {review} THEN -ln({review} / final_score) / lam END
-            AS review_interval_days,
-        -- Spelled out only where something changes (few rows a night); elsewhere NULL, and the constant reason
-        -- of the outcome is filled in by _assemble.
-        CASE WHEN outcome_code IN ({outcome["recovered"]}, {outcome["became_stale"]}) THEN
-            ({policy_names}[policy_code + 1]) || ' score ' || round(final_score, 4) || ' after '
-                 || round(age_days, 1) || ' days'
-                 || CASE WHEN stale_after THEN ' < stale threshold ' ELSE ' >= stale threshold ' END
-                 || {d.stale_threshold!r}
-        END AS transition_reason
+            AS review_interval_days
     FROM judged
     """
+
+
+def _transition_reasons(found: pa.Table, cfg: Config) -> pa.Array:
+    """The reasons of the rows whose stale mark changes (few a night), spelled out, in their order. Apart from
+    the main query: a string column over every row, even a NULL one, cost half of that query at 10M rows."""
+    policy_names = "[" + ", ".join(quoted(name) for name in _POLICIES) + "]"
+    con = duckdb.connect()
+    con.register("transitions", found.append_column("ordinal", pa.array(np.arange(found.num_rows))))
+    return (
+        con.sql(
+            f"""
+            SELECT ({policy_names}[policy_code + 1]) || ' score ' || round(score, 4) || ' after '
+                || round(age_days, 1) || ' days'
+                || CASE WHEN stale_after THEN ' < stale threshold ' ELSE ' >= stale threshold ' END
+                || {cfg.decay.stale_threshold!r} AS reason
+            FROM transitions ORDER BY ordinal
+            """
+        )
+        .to_arrow_table()["reason"]
+        .combine_chunks()
+    )
 
 
 def _constant_reasons(cfg: Config) -> pa.Array:
@@ -236,6 +252,17 @@ def _constant_reasons(cfg: Config) -> pa.Array:
     return pa.array(["block", "pinned floor", ok, stale, "", ""])
 
 
+def _coded(codes: pa.ChunkedArray, names: pa.Array) -> pa.ChunkedArray:
+    """A dictionary column of `names` from a column of indices into them (no string per row)."""
+    return pa.chunked_array(
+        [pa.DictionaryArray.from_arrays(chunk, names) for chunk in codes.chunks],
+        pa.dictionary(codes.type, pa.string()),
+    )
+
+
+_TRANSITIONS = [_OUTCOMES.index("recovered"), _OUTCOMES.index("became_stale")]
+
+
 def _assemble(rows: pa.Table, found: pa.Table, cfg: Config) -> pa.Table:
     """DECAY_SCHEMA rows from the query's numbers and codes plus the input's own columns: id, namespace, kind,
     previous score and stale mark are the input's Arrow arrays, not copies made by DuckDB."""
@@ -243,27 +270,28 @@ def _assemble(rows: pa.Table, found: pa.Table, cfg: Config) -> pa.Table:
     if not np.array_equal(pos, np.arange(rows.num_rows)):
         # DuckDB keeps insertion order for this query (preserve_insertion_order); should it ever not, follow pos.
         rows = rows.take(pa.array(pos))
-    outcome = found["outcome_code"]
-    # Reasons in one take: each row indexes either its outcome's constant reason or, on a transition, its own
-    # spelled-out one appended after the constants (cheaper than a take plus a coalesce over every row).
-    transition = found["transition_reason"]
-    spelled = pc.is_valid(transition).to_numpy(zero_copy_only=False)
-    index = outcome.to_numpy().astype(np.int64)
+    # Reasons: each row indexes its outcome's constant reason or, on a transition, its own spelled-out one
+    # appended after the constants.
+    index = found["outcome_code"].to_numpy().astype(np.int32)
     constants = _constant_reasons(cfg)
-    index[spelled] = len(constants) + np.arange(int(spelled.sum()))
-    reasons = pc.take(pa.concat_arrays([constants, transition.drop_null().combine_chunks()]), pa.array(index))
+    transition = np.isin(index, _TRANSITIONS)
+    spelled = pa.array([], pa.string())
+    if transition.any():
+        spelled = _transition_reasons(found.filter(pa.array(transition)), cfg)
+        index[transition] = len(constants) + np.arange(len(spelled), dtype=np.int32)
+    reasons = pa.DictionaryArray.from_arrays(pa.array(index), pa.concat_arrays([constants, spelled]))
     return pa.table(
         {
             "id": rows["id"],
             "namespace": rows["namespace"],
             "kind": rows["kind"],
-            "policy": pc.take(pa.array(_POLICIES), found["policy_code"]),
+            "policy": _coded(found["policy_code"], pa.array(_POLICIES)),
             "age_days": found["age_days"],
             "score": found["score"],
             "previous_score": rows["score"],
             "stale_before": rows["stale"],
             "stale_after": found["stale_after"],
-            "outcome": pc.take(pa.array(_OUTCOMES), outcome),
+            "outcome": _coded(found["outcome_code"], pa.array(_OUTCOMES)),
             "review_interval_days": found["review_interval_days"],
             "reasons": reasons,
         }

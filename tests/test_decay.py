@@ -142,6 +142,30 @@ def test_only_transitions_become_intents():
     assert "stale threshold 0.3" in intents[0]["reason"]
 
 
+def test_each_row_gets_its_outcomes_reason_and_a_transition_its_own_numbers():
+    rows = [
+        {"created_at": days_ago(0)},
+        {"created_at": days_ago(30)},  # becomes stale
+        {"created_at": days_ago(30), "stale": True},
+        {"created_at": days_ago(0), "stale": True},  # recovered
+        {"created_at": days_ago(60)},  # becomes stale, older
+        {"created_at": days_ago(1), "kind": "block"},
+    ]
+    got = scores_of(rows)
+    assert [got[f"m{i}"]["reasons"] for i in (0, 2, 5)] == ["score >= 0.3", "score < 0.3", "block"]
+    assert got["m1"]["reasons"] == "engram score 0.0793 after 30.0 days < stale threshold 0.3"
+    assert got["m3"]["reasons"] == "engram score 0.35 after 0.0 days >= stale threshold 0.3"
+    assert got["m4"]["reasons"] == "engram score 0.0179 after 60.0 days < stale threshold 0.3"
+    assert [got[f"m{i}"]["outcome"] for i in range(6)] == [
+        "ok",
+        "became_stale",
+        "stale",
+        "recovered",
+        "became_stale",
+        "exempt",
+    ]
+
+
 def test_seed_environment_variables_override_the_file(tmp_path):
     path = tmp_path / "engram.yaml"
     path.write_text("decay:\n  engram:\n    half_life_days: 3\n  stale_threshold: 0.2\n")
