@@ -130,13 +130,19 @@ def compose(
     """review class -> change table (possibly empty), change_set_id filled in.
 
     Composed one range of namespaces at a time (namespaces are independent; the ranges follow the set's sort
-    order, so their addressed parts concatenate into the same table one piece would give).
+    order, so their addressed parts concatenate into the same table one piece would give). Each range's intents
+    are let go once composed: a caller that keeps no reference to `intents` frees them as the changes grow (a
+    first night at 1M memories: 1.6 GB of intents beside 3.2 GB of changes at the end).
     `sql_fold=False` folds every memory change in Python (the reference the SQL fold is tested against)."""
     memories = memories.drop_columns([c for c in ("embedding",) if c in memories.column_names])
+    ranges = [
+        intents.filter(pc.is_in(intents["namespace"], value_set=pa.array(names, pa.string())))
+        for names in _namespace_ranges(intents["namespace"], RANGE_INTENTS)
+    ]
+    del intents
     parts: dict[str, list[pa.Table]] = {klass: [] for klass in REVIEW_CLASSES}
-    for names in _namespace_ranges(intents["namespace"], RANGE_INTENTS):
-        in_range = intents.filter(pc.is_in(intents["namespace"], value_set=pa.array(names, pa.string())))
-        for klass, changes in _compose_range(in_range, memories, at, sql_fold).items():
+    while ranges:
+        for klass, changes in _compose_range(ranges.pop(0), memories, at, sql_fold).items():
             parts[klass].append(_address(changes))
     return {klass: _finish(tables, as_of=as_of, job=job, klass=klass) for klass, tables in parts.items()}
 

@@ -23,12 +23,9 @@ def propose_change_sets(
     config_fingerprint: str,
 ) -> dict[str, tuple[ChangeSetRecord, pa.Table]]:
     """review class -> (registered record, change table) for the proposals of `sources`."""
-    tables = warehouse.read_proposals(as_of, sources)
-    intents = (
-        pa.concat_tables([t.cast(INTENT_SCHEMA) for t in tables]) if tables else INTENT_SCHEMA.empty_table()
-    )
     memories = warehouse.read_table("memories", as_of, columns=SNAPSHOT_COLUMNS)
-    sets = compose(intents, memories, as_of=as_of, at=end_of_day(as_of), job=job)
+    # The intents are passed, not kept: compose lets each range of them go once it is composed.
+    sets = compose(_intents(warehouse, as_of, sources), memories, as_of=as_of, at=end_of_day(as_of), job=job)
     now = utc_now()
     return {
         klass: (
@@ -37,3 +34,10 @@ def propose_change_sets(
         )
         for klass, table in sets.items()
     }
+
+
+def _intents(warehouse: Warehouse, as_of: dt.date, sources: list[str]) -> pa.Table:
+    tables = warehouse.read_proposals(as_of, sources)
+    return (
+        pa.concat_tables([t.cast(INTENT_SCHEMA) for t in tables]) if tables else INTENT_SCHEMA.empty_table()
+    )
