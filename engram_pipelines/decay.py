@@ -245,8 +245,8 @@ def _transition_reasons(found: pa.Table, cfg: Config) -> pa.Array:
 
 
 def _constant_reasons(cfg: Config) -> pa.Array:
-    """The reason of each outcome where nothing changes, indexed like _OUTCOMES (transitions: spelled out in the
-    query). Rendered by DuckDB as the query always did, so a threshold like 1e-05 reads the same as before."""
+    """The reason of each outcome where nothing changes, indexed like _OUTCOMES (transitions: spelled out by
+    _transition_reasons). Rendered by DuckDB like those, so a threshold like 1e-05 reads the same in both."""
     t = cfg.decay.stale_threshold
     ((ok, stale),) = duckdb.sql(f"SELECT 'score >= ' || {t!r}, 'score < ' || {t!r}").fetchall()
     return pa.array(["block", "pinned floor", ok, stale, "", ""])

@@ -84,9 +84,9 @@ VECTOR_INPUT_COLUMNS = [
 
 
 def _row_flags(memories: pa.Table) -> pa.Table:
-    """Per row, in order: excluded (metadata `embeddingExcluded`), the content's hash (`content_sha`, computed by
-    DuckDB) and whether a stored vector is current (no recorded hash, or the content's). The vectors never pass
-    through DuckDB: its result would be a second copy of them."""
+    """Per row, in order: excluded (metadata `embeddingExcluded`), the content's hash (`sha`: `content_sha`
+    computed by DuckDB) and whether a stored vector is current (no recorded hash, or the content's). The vectors
+    never pass through DuckDB: its result would be a second copy of them."""
     con = duckdb.connect()
     n = memories.num_rows
     con.register(
