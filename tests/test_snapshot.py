@@ -1,0 +1,42 @@
+"""The snapshot keeps every valid row and quarantines every invalid one with its row, field and reason."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from engram_pipelines.snapshot import take_snapshot
+from engram_pipelines.store import open_store
+from tests.conftest import AS_OF, memory
+
+# What a writer that does not go through the adapter can leave in a SQLite store past its CHECK constraints.
+_DAMAGE = {
+    "m1": ("tags", '{"critical": true}', "tags: '{\"critical\": true}' must be a JSON list"),
+    "m2": ("metadata", '{"score": NaN}', "metadata: '{\"score\": NaN}' must be a JSON dict"),
+    # The standard library raises RecursionError on this: the whole snapshot used to stop on one row.
+    "m3": ("metadata", "[" * 5_000 + "]" * 5_000, "metadata: '[[[["),
+    "m4": ("score", 1.5, "score: value 1.5 fails in_range(0.0, 1.0)"),
+    "m5": ("access_count", -2, "access_count: value -2 fails greater_than_or_equal_to(0)"),
+}
+
+
+def test_invalid_rows_are_quarantined_with_their_reasons_and_every_other_row_proceeds(tmp_path, warehouse):
+    url = f"sqlite:///{tmp_path}/engram.db"
+    with open_store(url, migrate=True) as store:
+        store.insert_memories([memory(i) for i in range(8)])
+    with sqlite3.connect(tmp_path / "engram.db") as raw:
+        for memory_id, (column, value, _) in _DAMAGE.items():
+            raw.execute(f"UPDATE memories SET {column} = ? WHERE id = ?", (value, memory_id))
+
+    with open_store(url) as store:
+        result = take_snapshot(store, warehouse, AS_OF, batch_size=3)
+
+    assert (result.memories, result.quarantined) == (3, 5)
+    kept = warehouse.read_table("memories", AS_OF, columns=["id"])["id"].to_pylist()
+    assert kept == ["m0", "m6", "m7"]
+    quarantine = warehouse.read_table("quarantine", AS_OF, columns=["id", "quarantine_reason"]).to_pylist()
+    reasons = {row["id"]: row["quarantine_reason"] for row in quarantine}
+    assert set(reasons) == set(_DAMAGE)
+    for memory_id, (_, _, expected) in _DAMAGE.items():
+        assert reasons[memory_id].startswith(f"row {memory_id}: {expected}"), reasons[memory_id]
+    assert len(reasons["m3"]) < 200, "a long value is cut in its reason (the row itself is in the quarantine)"
+    assert [s["id"] for s in result.quarantine_samples] == sorted(_DAMAGE)
