@@ -92,9 +92,19 @@ def test_access_bookkeeping_does_not_bump_the_version(store):
     assert (got["access_count"], got["last_accessed_at"], got["version"]) == (1, at, 1)
 
 
-def test_recall_view_hides_superseded_and_archived(store):
-    store.insert_memories([memory(1), memory(2, superseded_by="m1"), memory(3, zone="archived")])
+def test_recall_hides_superseded_and_archived_rows_which_a_zone_filter_reads_back(store):
+    rows = [
+        memory(1),
+        memory(2, superseded_by="m1"),
+        memory(3, zone="archived"),
+        memory(4, zone="purge_queue"),
+    ]
+    store.insert_memories(rows)
     assert store.recall("ns1") == ["m1"]
+    assert store.recall("ns1", zones=("active", "archived")) == ["m1", "m3"]
+    assert store.recall("ns1", zones=["archived"]) == ["m3"]
+    with pytest.raises(ValueError, match="zones must be some of"):
+        store.recall("ns1", zones=("deleted",))
 
 
 def test_streamed_batches_cover_every_row(store):

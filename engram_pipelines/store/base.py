@@ -299,9 +299,21 @@ class Store(ABC):
                     out[item["id"]] = item
         return out
 
-    def recall(self, namespace: str) -> list[str]:
-        """Ids visible to default recall in a namespace (the recall contract's view)."""
-        rows = self.query("SELECT id FROM recall_memories WHERE namespace = ? ORDER BY id", [namespace])
+    def recall(self, namespace: str, *, zones: Sequence[str] = ("active",)) -> list[str]:
+        """Ids visible to recall in a namespace. By default the recall contract's view (active, not superseded);
+        archived rows leave it but stay readable on request: `zones=("active", "archived")`."""
+        unknown = set(zones) - set(records.ZONES)
+        if not zones or unknown:
+            raise ValueError(f"zones must be some of {list(records.ZONES)}, got {list(zones)}")
+        if tuple(zones) == ("active",):
+            rows = self.query("SELECT id FROM recall_memories WHERE namespace = ? ORDER BY id", [namespace])
+        else:
+            marks = ", ".join("?" for _ in zones)
+            rows = self.query(
+                "SELECT id FROM memories WHERE namespace = ? AND superseded_by IS NULL "
+                f"AND zone IN ({marks}) ORDER BY id",
+                [namespace, *zones],
+            )
         return [r[0] for r in rows]
 
     def update_memory(self, memory_id: str, expected_version: int, **changes: Any) -> int:
