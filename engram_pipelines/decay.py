@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
+from engram_pipelines.changes.compose import intents_from_sql
 from engram_pipelines.config import Config, DecayConfig
 from engram_pipelines.sqltext import quoted
 from engram_pipelines.warehouse import write_parquet
@@ -463,29 +463,14 @@ def decay_intents(scores: pa.Table) -> pa.Table:
     """Only transitions: mark rows that became stale, lift the mark from rows that recovered or are pinned."""
     con = duckdb.connect()
     con.register("scores", scores)
-    rows = con.execute(
+    return intents_from_sql(
+        con,
         """
-        SELECT namespace, id, score, reasons, policy, age_days,
-            CASE WHEN stale_after THEN 'mark_stale' ELSE 'clear_stale' END AS op
+        SELECT namespace, 'memory' AS target_kind, id AS target_id,
+            CASE WHEN stale_after THEN 'mark_stale' ELSE 'clear_stale' END AS op,
+            to_json({'score': round(score, 6)}) AS params, reasons AS reason,
+            to_json({'age_days': age_days, 'decay_score': score, 'policy': policy, 'rule': 'decay'}) AS evidence,
+            'decay_scores' AS source, 'auto' AS review_class, NULL AS cluster_id
         FROM scores WHERE stale_after <> stale_before ORDER BY id
-        """
-    ).fetchall()
-    return (
-        intents_table(
-            [
-                {
-                    "namespace": namespace,
-                    "target_id": memory_id,
-                    "op": op,
-                    "params": {"score": round(score, 6) if score is not None else None},
-                    "reason": reasons,
-                    "evidence": {"rule": "decay", "policy": policy, "decay_score": score, "age_days": age},
-                    "source": "decay_scores",
-                    "review_class": "auto",
-                }
-                for namespace, memory_id, score, reasons, policy, age, op in rows
-            ]
-        )
-        if rows
-        else INTENT_SCHEMA.empty_table()
+        """,
     )

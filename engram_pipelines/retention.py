@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
+from engram_pipelines.changes.compose import intents_from_sql
 from engram_pipelines.config import Config
 
 RETENTION_SCHEMA = pa.schema(
@@ -126,22 +126,16 @@ def retention_moves(memories: pa.Table, scores: pa.Table, config: Config, as_of:
 
 
 def retention_intents(moves: pa.Table) -> pa.Table:
-    if moves.num_rows == 0:
-        return INTENT_SCHEMA.empty_table()
-    return intents_table(
-        [
-            {
-                "namespace": row["namespace"],
-                "target_id": row["id"],
-                "op": "purge" if row["to_zone"] == "purged" else "move_zone",
-                "params": {}
-                if row["to_zone"] == "purged"
-                else {"from": row["from_zone"], "to": row["to_zone"]},
-                "reason": row["reason"],
-                "evidence": {"rule": f"retention:{row['rule']}", "decay_score": row["score"]},
-                "source": "retention",
-                "review_class": "auto",
-            }
-            for row in moves.to_pylist()
-        ]
+    con = duckdb.connect()
+    con.register("moves", moves)
+    return intents_from_sql(
+        con,
+        """
+        SELECT namespace, 'memory' AS target_kind, id AS target_id,
+            CASE WHEN to_zone = 'purged' THEN 'purge' ELSE 'move_zone' END AS op,
+            CASE WHEN to_zone = 'purged' THEN '{}' ELSE to_json({'from': from_zone, 'to': to_zone}) END AS params,
+            reason, to_json({'decay_score': score, 'rule': 'retention:' || rule}) AS evidence,
+            'retention' AS source, 'auto' AS review_class, NULL AS cluster_id
+        FROM moves
+        """,
     )

@@ -91,6 +91,17 @@ def intents_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(prepared, schema=INTENT_SCHEMA)
 
 
+def intents_from_sql(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
+    """An intent table from a query that yields INTENT_SCHEMA's columns, params and evidence as JSON objects
+    (DuckDB's `to_json` of a struct whose keys are written in sorted order, as `intents_table` sorts them): for
+    analyses that propose hundreds of thousands of intents, without a Python dict per intent."""
+    table = con.sql(query).to_arrow_table().select(INTENT_SCHEMA.names).cast(INTENT_SCHEMA)
+    unknown = set(pc.unique(table["op"]).to_pylist()) - set(ALL_OPS)
+    if unknown:
+        raise ValueError(f"unknown op {sorted(unknown)[0]!r}")
+    return table
+
+
 # The snapshot columns compose reads (not the vectors): the guards' evidence, the writable columns the fold
 # starts from, and the content (only its digest is used).
 _GUARD_COLUMNS = ["id", "version", "access_count", "last_accessed_at", "pinned"]
