@@ -12,7 +12,7 @@ import pytest
 
 from engram_pipelines.changes import compose as compose_module
 from engram_pipelines.changes.apply import ReviewRequired, apply_change_set
-from engram_pipelines.changes.compose import compose, intents_table
+from engram_pipelines.changes.compose import compose, intents_from_sql, intents_table
 from engram_pipelines.changes.fold_sql import sql_fold_targets
 from engram_pipelines.changes.invariants import (
     crosses_namespace,
@@ -492,3 +492,29 @@ def test_change_set_counts_count_each_op_of_a_composed_change():
         "b": {"mark_stale": 1, "move_zone": 2},
     }
     assert counts_of(table.slice(0, 0)) == {"total": 0, "by_op": {}, "by_namespace": {}, "destructive": 0}
+
+
+def test_intents_from_sql_give_what_intents_table_gives_and_refuse_an_unknown_op():
+    query = """
+        SELECT 'ns' AS namespace, 'memory' AS target_kind, 'm1' AS target_id, 'mark_stale' AS op,
+            to_json({'score': 0.25}) AS params, 'below 0.3' AS reason,
+            to_json({'decay_score': 0.25, 'rule': 'decay'}) AS evidence,
+            'decay_scores' AS source, 'auto' AS review_class, NULL AS cluster_id
+    """
+    built = intents_table(
+        [
+            {
+                "namespace": "ns",
+                "target_id": "m1",
+                "op": "mark_stale",
+                "params": {"score": 0.25},
+                "reason": "below 0.3",
+                "evidence": {"rule": "decay", "decay_score": 0.25},
+                "source": "decay_scores",
+                "review_class": "auto",
+            }
+        ]
+    )
+    assert intents_from_sql(duckdb.connect(), query).equals(built)
+    with pytest.raises(ValueError, match="unknown op 'mark_fresh'"):
+        intents_from_sql(duckdb.connect(), query.replace("'mark_stale' AS op", "'mark_fresh' AS op"))
