@@ -79,6 +79,10 @@ LINK_SNAPSHOT_SCHEMA = pa.DataFrameSchema(
 )
 
 
+class SnapshotSchemaError(ValueError):
+    """A snapshot batch fails the schema as a whole (not row by row): a defect to fix, not data to quarantine."""
+
+
 def memory_row_problems(batch: pa_arrow.RecordBatch) -> dict[int, list[str]]:
     """Row position -> reasons ("field: reason") for every invalid row of a snapshot batch."""
     problems: dict[int, list[str]] = {}
@@ -91,7 +95,11 @@ def memory_row_problems(batch: pa_arrow.RecordBatch) -> dict[int, list[str]]:
             cases["column"], cases["check"], cases["failure_case"], cases["index"], strict=True
         ):
             if index is None or pd.isna(index):
-                continue
+                # A failure of no row (a column's type, a check that raised) cannot be quarantined row by row,
+                # and skipping it would let the whole batch through unchecked.
+                raise SnapshotSchemaError(
+                    f"snapshot batch: column {column!r} fails {check}: {_shown(case)}"
+                ) from exc
             problems.setdefault(int(index), []).append(f"{column}: {_describe(check, case)}")
     for position, reason in _embedding_problems(batch).items():
         problems.setdefault(position, []).append(reason)

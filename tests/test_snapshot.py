@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 
+import pandera.pandas as pandera
+import pyarrow as pa
+import pytest
+
+from engram_pipelines import schemas
+from engram_pipelines.records import memory_schema
 from engram_pipelines.snapshot import take_snapshot
 from engram_pipelines.store import open_store
 from tests.conftest import AS_OF, memory
@@ -41,3 +47,17 @@ def test_invalid_rows_are_quarantined_with_their_reasons_and_every_other_row_pro
         assert reasons[memory_id].startswith(f"row {memory_id}: {expected}"), reasons[memory_id]
     assert len(reasons["m3"]) < 200, "a long value is cut in its reason (the row itself is in the quarantine)"
     assert [s["id"] for s in result.quarantine_samples] == sorted(_DAMAGE)
+
+
+def test_a_failure_of_no_row_stops_the_snapshot_instead_of_passing_the_batch(monkeypatch):
+    """pandera reports a check that raises (or a column of the wrong type) without a row index: such a batch
+    must not go through unchecked."""
+
+    def explode(values):
+        raise RuntimeError("boom")
+
+    broken = schemas.MEMORY_SNAPSHOT_SCHEMA.update_column("content", checks=[pandera.Check(explode)])
+    monkeypatch.setattr(schemas, "MEMORY_SNAPSHOT_SCHEMA", broken)
+    empty = pa.RecordBatch.from_pylist([], schema=memory_schema(384))  # a raising check fails on no rows too
+    with pytest.raises(schemas.SnapshotSchemaError, match="column 'content' fails"):
+        schemas.memory_row_problems(empty)
