@@ -6,6 +6,7 @@ import datetime as dt
 import sqlite3
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from engram_pipelines.store import MigrationRequired, Outcome, StoreError, VersionConflict, open_store, sqlite
@@ -147,3 +148,50 @@ def test_sqlite_checkpoints_rarely_during_an_apply_and_restores_after(tmp_path):
             assert pragma("PRAGMA cache_size").fetchone()[0] == sqlite.APPLY_CACHE_KIB
         after = (pragma("PRAGMA wal_autocheckpoint").fetchone()[0], pragma("PRAGMA cache_size").fetchone()[0])
         assert after == defaults
+
+
+def test_streamed_links_keep_every_value_in_batches_of_the_size_asked(store):
+    """PostgreSQL streams links through COPY as CSV: separators, quotes, line breaks, empty strings, NULLs,
+    microseconds and full float precision must come back as written."""
+    at = dt.datetime(2026, 11, 1, 12, 30, 15, 123456, tzinfo=dt.UTC)
+    links = [
+        {
+            "namespace": "ns, one",
+            "src_id": "a,1",
+            "dst_id": 'b"2',
+            "kind": "associated",
+            "weight": 0.1 + 0.2,
+            "origin": "",
+            "created_at": at,
+            "updated_at": at,
+            "traversed_at": None,
+        },
+        {
+            "namespace": "ns1",
+            "src_id": "line\nbreak",
+            "dst_id": "ünï ☃",
+            "kind": "temporal",
+            "weight": 1e-7,
+            "origin": "agent",
+            "created_at": at,
+            "updated_at": at + dt.timedelta(microseconds=1),
+            "traversed_at": at,
+        },
+        {
+            "namespace": "ns1",
+            "src_id": "m1",
+            "dst_id": "m2",
+            "kind": "duplicate-of",
+            "weight": 1.0,
+            "origin": "nightly",
+            "created_at": at,
+            "updated_at": at,
+            "traversed_at": None,
+        },
+    ]
+    store.insert_links(links)
+    batches = list(store.iter_link_batches(2))
+    assert [b.num_rows for b in batches] == [2, 1]
+    got = pa.Table.from_batches(batches).to_pylist()
+    key = lambda link: (link["src_id"], link["dst_id"], link["kind"])  # noqa: E731
+    assert sorted(got, key=key) == sorted(links, key=key)

@@ -7,6 +7,7 @@ server-side prepared plan for these batch statements measured ~4x slower here.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import struct
 from collections.abc import Iterator, Sequence
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pyarrow as pa
+import pyarrow.csv as pa_csv
 from psycopg.adapt import Dumper, Loader
 from psycopg.pq import Format
 from psycopg.types import TypeInfo
@@ -304,15 +306,62 @@ class PostgresStore(Store):
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
-        with self._stream("engram_links") as cur:
-            cur.itersize = batch_size
-            cur.execute(
-                f"SELECT {', '.join(records.LINK_COLUMNS)} FROM memory_links ORDER BY src_id, dst_id, kind"
-            )
-            while rows := cur.fetchmany(batch_size):
-                cols = list(zip(*rows, strict=True))
-                arrays = [pa.array(v, type=f.type) for v, f in zip(cols, records.LINK_FIELDS, strict=True)]
-                yield pa.RecordBatch.from_arrays(arrays, schema=records.LINK_SCHEMA)
+        """The links as CSV from COPY, parsed by Arrow: a Python tuple per link made the link read most of a
+        quiet night's snapshot once the first night had written its temporal edges (~2.9M at 1M memories)."""
+        columns = [_LINK_TIMESTAMP_TEXT.format(c) if c in _LINK_TIMES else c for c in records.LINK_COLUMNS]
+        query = (
+            f"COPY (SELECT {', '.join(columns)} FROM memory_links ORDER BY src_id, dst_id, kind) "
+            "TO STDOUT WITH (FORMAT csv)"
+        )
+        self._streams_open += 1
+        try:
+            with self.conn.cursor() as cur, cur.copy(query) as copy:
+                reader = pa_csv.open_csv(
+                    io.BufferedReader(_CopyStream(copy), buffer_size=1 << 20),
+                    read_options=pa_csv.ReadOptions(column_names=records.LINK_COLUMNS, block_size=4 << 20),
+                    parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+                    # PostgreSQL writes NULL unquoted and empty and an empty string as "": only the first is null.
+                    convert_options=pa_csv.ConvertOptions(
+                        column_types=records.LINK_SCHEMA,
+                        null_values=[""],
+                        strings_can_be_null=False,
+                        quoted_strings_can_be_null=False,
+                    ),
+                )
+                for block in reader:
+                    batch = pa.RecordBatch.from_arrays(block.columns, schema=records.LINK_SCHEMA)
+                    for start in range(0, batch.num_rows, batch_size):
+                        yield batch.slice(start, batch_size)
+        finally:
+            self._streams_open -= 1
+            self.conn.rollback()
+
+
+# Timestamps leave PostgreSQL as ISO 8601 in UTC with microseconds, the form Arrow's CSV reader parses.
+_LINK_TIMES = ("created_at", "updated_at", "traversed_at")
+_LINK_TIMESTAMP_TEXT = "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS {0}"
+
+
+class _CopyStream(io.RawIOBase):
+    """COPY TO STDOUT's chunks as a readable binary stream (for Arrow's streaming CSV reader)."""
+
+    def __init__(self, copy: psycopg.Copy) -> None:
+        self._copy = copy
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:  # noqa: ANN401 - any writable buffer
+        while not self._pending:
+            chunk = self._copy.read()
+            if not chunk:
+                return 0
+            self._pending = memoryview(bytes(chunk))
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
 
 
 def _vector_array(vectors: Sequence[np.ndarray | None], dim: int) -> pa.FixedSizeListArray:
