@@ -189,6 +189,7 @@ def test_streamed_links_keep_every_value_in_batches_of_the_size_asked(store):
             "traversed_at": None,
         },
     ]
+    assert list(store.iter_link_batches(2)) == []
     store.insert_links(links)
     batches = list(store.iter_link_batches(2))
     assert [b.num_rows for b in batches] == [2, 1]
