@@ -153,8 +153,9 @@ class PostgresStore(Store):
             self.conn.rollback()
 
     @contextmanager
-    def _stream(self, name: str) -> Iterator[psycopg.ServerCursor]:
-        """A server-side cursor for a streamed read; its transaction ends when the stream does."""
+    def _stream(self, name: str | None) -> Iterator[psycopg.Cursor | psycopg.ServerCursor]:
+        """A cursor for a streamed read, server-side when named (None: a plain one, for COPY); its transaction
+        ends when the stream does."""
         self._streams_open += 1
         try:
             with self.conn.cursor(name=name, binary=True) as cur:
@@ -313,31 +314,26 @@ class PostgresStore(Store):
             f"COPY (SELECT {', '.join(columns)} FROM memory_links ORDER BY src_id, dst_id, kind) "
             "TO STDOUT WITH (FORMAT csv)"
         )
-        self._streams_open += 1
-        try:
-            with self.conn.cursor() as cur, cur.copy(query) as copy:
-                stream = io.BufferedReader(_CopyStream(copy), buffer_size=1 << 20)
-                if not stream.peek(1):  # no links: Arrow refuses an empty CSV
-                    return
-                reader = pa_csv.open_csv(
-                    stream,
-                    read_options=pa_csv.ReadOptions(column_names=records.LINK_COLUMNS, block_size=4 << 20),
-                    parse_options=pa_csv.ParseOptions(newlines_in_values=True),
-                    # PostgreSQL writes NULL unquoted and empty and an empty string as "": only the first is null.
-                    convert_options=pa_csv.ConvertOptions(
-                        column_types=records.LINK_SCHEMA,
-                        null_values=[""],
-                        strings_can_be_null=False,
-                        quoted_strings_can_be_null=False,
-                    ),
-                )
-                for block in reader:
-                    batch = pa.RecordBatch.from_arrays(block.columns, schema=records.LINK_SCHEMA)
-                    for start in range(0, batch.num_rows, batch_size):
-                        yield batch.slice(start, batch_size)
-        finally:
-            self._streams_open -= 1
-            self.conn.rollback()
+        with self._stream(None) as cur, cur.copy(query) as copy:
+            stream = io.BufferedReader(_CopyStream(copy), buffer_size=1 << 20)
+            if not stream.peek(1):  # no links: Arrow refuses an empty CSV
+                return
+            reader = pa_csv.open_csv(
+                stream,
+                read_options=pa_csv.ReadOptions(column_names=records.LINK_COLUMNS, block_size=4 << 20),
+                parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+                # PostgreSQL writes NULL unquoted and empty and an empty string as "": only the first is null.
+                convert_options=pa_csv.ConvertOptions(
+                    column_types=records.LINK_SCHEMA,
+                    null_values=[""],
+                    strings_can_be_null=False,
+                    quoted_strings_can_be_null=False,
+                ),
+            )
+            for block in reader:
+                batch = pa.RecordBatch.from_arrays(block.columns, schema=records.LINK_SCHEMA)
+                for start in range(0, batch.num_rows, batch_size):
+                    yield batch.slice(start, batch_size)
 
 
 # Timestamps leave PostgreSQL as ISO 8601 in UTC with microseconds, the form Arrow's CSV reader parses.
