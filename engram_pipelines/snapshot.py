@@ -61,6 +61,7 @@ def take_snapshot(
     progress = progress or SilentProgress()
     result = SnapshotResult(as_of=as_of)
     schema = records.memory_schema(embedding_dim)
+    store.read_ahead(progress)
     progress.start("snapshot memories", store.count("memories"))
     namespace_counts: dict[str, int] = {}
     with (

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from engram_pipelines import jsontext, records
+from engram_pipelines.progress import Progress
 from engram_pipelines.store.migrations import LATEST_VERSION, MIGRATIONS, Dialect
 from engram_pipelines.timestamps import format_timestamp, utc_now
 
@@ -191,6 +192,11 @@ class Store(ABC):
 
     @abstractmethod
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]: ...
+
+    @abstractmethod
+    def read_ahead(self, progress: Progress) -> None:
+        """Before a whole-store read: bring the store's pages into memory where that is cheaper than letting the
+        read fetch them one at a time."""
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def __init__(self, url: str) -> None:

@@ -23,6 +23,7 @@ from psycopg.pq import Format
 from psycopg.types import TypeInfo
 
 from engram_pipelines import records
+from engram_pipelines.progress import Progress
 from engram_pipelines.store.base import JSON_COLUMNS, Store, StoreError
 
 _BATCH_TYPES = {
@@ -305,6 +306,9 @@ class PostgresStore(Store):
                     else:
                         arrays.append(pa.array(values, type=schema.field(name).type))
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    def read_ahead(self, progress: Progress) -> None:
+        """Nothing: the server reads its own files and keeps its own cache (`pg_prewarm` is the operator's tool)."""
 
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
         """The links as CSV from COPY, parsed by Arrow: a Python tuple per link made the link read a fifth of a

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from engram_pipelines import records
+from engram_pipelines.progress import Progress
 from engram_pipelines.store.base import (
     BOOL_COLUMNS,
     JSON_COLUMNS,
@@ -34,6 +35,8 @@ BUSY_TIMEOUT_MS = 10_000
 APPLY_WAL_PAGES = 65_536  # 256 MB of WAL between checkpoints during an apply
 APPLY_CACHE_KIB = -262_144  # negative: KiB, so 256 MB of page cache
 _LINK_TS = ("created_at", "updated_at", "traversed_at")
+READ_AHEAD_MEMORY_SHARE = 0.5
+_MIB = 1 << 20
 
 
 class SQLiteStore(Store):
@@ -207,6 +210,30 @@ class SQLiteStore(Store):
             return json.loads(value)
         return value
 
+    def read_ahead(self, progress: Progress) -> None:
+        """Read the database file (and its WAL) once from start to end, when it fits in half the available memory.
+
+        The snapshot reads memories in id order through the primary key's index, so from a cold page cache every
+        row is a random read of its page: 1M memories (a 2.2 GB file) took 56 s to fetch, and 23 s after this
+        sequential pass (6 s of it); with the pages already cached the pass costs a fraction of a second. A file
+        larger than the budget is left alone: pages read ahead would be evicted before the snapshot got to them.
+        """
+        files = [p for p in (self.path, self.path.with_name(self.path.name + "-wal")) if p.is_file()]
+        size = sum(p.stat().st_size for p in files)
+        if not size or size > READ_AHEAD_MEMORY_SHARE * available_memory():
+            return
+        total = -(-size // _MIB)
+        progress.start("read the store file ahead (MiB)", total)
+        chunk, read, reported = bytearray(8 * _MIB), 0, 0
+        for path in files:
+            with path.open("rb", buffering=0) as f:
+                while n := f.readinto(chunk):
+                    read += n
+                    begun = min(total, -(-read // _MIB))  # the WAL may grow while it is read
+                    progress.advance(begun - reported)
+                    reported = begun
+        progress.finish()
+
     def iter_memory_batches(self, batch_size: int, embedding_dim: int) -> Iterator[pa.RecordBatch]:
         schema = records.memory_schema(embedding_dim)
         columns = schema.names
@@ -262,6 +289,18 @@ def embedding_array(blobs: Sequence[bytes | None], dim: int) -> pa.FixedSizeList
     )
     values = pa.array(flat.astype(np.float32, copy=False), type=pa.float32())
     return pa.FixedSizeListArray.from_arrays(values, dim, mask=pa.array(~valid))
+
+
+def available_memory() -> int:
+    """Bytes the kernel could give without swapping (Linux `MemAvailable`); 0 where that is not known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def sqlite_path(url: str) -> Path:
