@@ -118,6 +118,15 @@ def test_streamed_batches_cover_every_row(store):
     assert len(first) == 384
 
 
+def test_streamed_vectors_are_the_stored_floats_and_null_where_missing_or_of_another_size(store):
+    rows = [memory(1), memory(2, embedding=None, embedding_model=None), memory(3, embedding=np.ones(3))]
+    store.insert_memories(rows)
+    (batch,) = store.iter_memory_batches(10, 384)
+    vectors = batch.column("embedding").to_pylist()
+    assert np.array_equal(np.asarray(vectors[0], dtype=np.float32), rows[0]["embedding"])
+    assert vectors[1:] == [None, None]
+
+
 def test_a_read_between_streamed_batches_leaves_the_stream_open(store):
     # What export does for a row its fixed-size batch cannot hold (a vector of another dimension).
     store.insert_memories([memory(i) for i in range(25)])

@@ -905,6 +905,23 @@ class Store(ABC):
 _LINK_TIMESTAMPS = ("created_at", "updated_at", "traversed_at")
 
 
+def embedding_array(blobs: Sequence[bytes | None], dim: int, dtype: str = "<f4") -> pa.FixedSizeListArray:
+    """Blobs of `dim` float32s in `dtype`'s byte order -> a fixed-size list array; NULL where absent or of another
+    dimension. One join and one conversion for the whole batch: no array per row.
+
+    A vector of the wrong size cannot live in a fixed-size column; the snapshot finds those rows by their
+    NULL embedding next to a non-NULL embedding_model and quarantines them with a reason.
+    """
+    width = dim * 4
+    valid = np.fromiter((b is not None and len(b) == width for b in blobs), dtype=bool, count=len(blobs))
+    filler = b"\x00" * width
+    flat = np.frombuffer(
+        b"".join(b if ok else filler for b, ok in zip(blobs, valid, strict=True)), dtype=dtype
+    )
+    values = pa.array(flat.astype(np.float32, copy=False), type=pa.float32())
+    return pa.FixedSizeListArray.from_arrays(values, dim, mask=pa.array(~valid))
+
+
 def _distinct_key_groups(writes: Sequence[LinkWrite]) -> Iterator[list[LinkWrite]]:
     """Consecutive runs of writes in which no link key and no change id repeats.
 

@@ -24,7 +24,7 @@ from psycopg.types import TypeInfo
 
 from engram_pipelines import records
 from engram_pipelines.progress import Progress
-from engram_pipelines.store.base import JSON_COLUMNS, Store, StoreError
+from engram_pipelines.store.base import JSON_COLUMNS, Store, StoreError, embedding_array
 
 _BATCH_TYPES = {
     "change_id": "text",
@@ -291,7 +291,16 @@ class PostgresStore(Store):
     def iter_memory_batches(self, batch_size: int, embedding_dim: int) -> Iterator[pa.RecordBatch]:
         schema = records.memory_schema(embedding_dim)
         columns = schema.names
-        select = [f"{c}::text" if c in JSON_COLUMNS else c for c in columns]
+        # The vector as the bytes of its floats, turned into one array per batch (embedding_array) instead of a
+        # numpy array per row by the type's loader: the fetch of 100k rows 4.4-5.0 s -> 3.2-3.9 s, same table.
+        if self._embedding_is_vector():
+            # pgvector's binary form: uint16 dim, uint16 unused, then the floats big-endian.
+            raw_embedding, byte_order = "substring(vector_send(embedding) FROM 5)", ">f4"
+        else:
+            raw_embedding, byte_order = "embedding", "<f4"  # bytea, as _encode_embedding writes it
+        select = [
+            f"{c}::text" if c in JSON_COLUMNS else raw_embedding if c == "embedding" else c for c in columns
+        ]
         with self._stream("engram_snapshot") as cur:
             cur.itersize = batch_size
             cur.execute(f"SELECT {', '.join(select)} FROM memories ORDER BY id")
@@ -300,9 +309,7 @@ class PostgresStore(Store):
                 arrays = []
                 for name, values in zip(columns, cols, strict=True):
                     if name == "embedding":
-                        arrays.append(
-                            _vector_array([self._decode_embedding(v) for v in values], embedding_dim)
-                        )
+                        arrays.append(embedding_array(values, embedding_dim, byte_order))
                     else:
                         arrays.append(pa.array(values, type=schema.field(name).type))
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -365,12 +372,3 @@ class _CopyStream(io.RawIOBase):
         buffer[:size] = self._pending[:size]
         self._pending = self._pending[size:]
         return size
-
-
-def _vector_array(vectors: Sequence[np.ndarray | None], dim: int) -> pa.FixedSizeListArray:
-    valid = np.fromiter((v is not None and v.size == dim for v in vectors), dtype=bool, count=len(vectors))
-    flat = np.zeros((len(vectors), dim), dtype=np.float32)
-    if valid.any():
-        flat[valid] = np.stack([v for v, ok in zip(vectors, valid, strict=True) if ok])
-    values = pa.array(flat.reshape(-1), type=pa.float32())
-    return pa.FixedSizeListArray.from_arrays(values, dim, mask=pa.array(~valid))

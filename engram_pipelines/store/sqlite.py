@@ -28,6 +28,7 @@ from engram_pipelines.store.base import (
     MigrationRequired,
     Store,
     StoreError,
+    embedding_array,
 )
 from engram_pipelines.timestamps import format_timestamp, parse_timestamp
 
@@ -273,22 +274,6 @@ def _memory_batch(
         else:
             arrays.append(pa.array(values, type=field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def embedding_array(blobs: Sequence[bytes | None], dim: int) -> pa.FixedSizeListArray:
-    """float32 blobs -> a fixed-size list array; NULL where absent or of another dimension.
-
-    A vector of the wrong size cannot live in a fixed-size column; the snapshot finds those rows by their
-    NULL embedding next to a non-NULL embedding_model and quarantines them with a reason.
-    """
-    width = dim * 4
-    valid = np.fromiter((b is not None and len(b) == width for b in blobs), dtype=bool, count=len(blobs))
-    filler = b"\x00" * width
-    flat = np.frombuffer(
-        b"".join(b if ok else filler for b, ok in zip(blobs, valid, strict=True)), dtype="<f4"
-    )
-    values = pa.array(flat.astype(np.float32, copy=False), type=pa.float32())
-    return pa.FixedSizeListArray.from_arrays(values, dim, mask=pa.array(~valid))
 
 
 def available_memory() -> int:
