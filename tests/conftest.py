@@ -87,3 +87,20 @@ def memory(i: int | str, **fields: object) -> dict[str, object]:
     if vec is not None:
         base["embedding"] = vec / np.linalg.norm(vec)
     return base
+
+
+class ProgressRecorder:
+    """A Progress that keeps each task as (task, total, units advanced)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[tuple[str, int | None, int]] = []
+
+    def start(self, task: str, total: int | None) -> None:
+        self.tasks.append((task, total, 0))
+
+    def advance(self, n: int) -> None:
+        task, total, done = self.tasks[-1]
+        self.tasks[-1] = (task, total, done + n)
+
+    def finish(self) -> None:
+        pass

@@ -9,6 +9,7 @@ import pytest
 from engram_pipelines import similarity
 from engram_pipelines.similarity import PairResult, pairs_per_row_loop, similar_pairs
 from engram_pipelines.vectors import vector_schema
+from tests.conftest import ProgressRecorder
 
 DIM = 32
 
@@ -180,21 +181,7 @@ def test_the_per_row_loop_agrees_with_the_engine() -> None:
 
 
 def test_progress_is_reported_per_tile_and_cell() -> None:
-    class Recorder:
-        def __init__(self) -> None:
-            self.tasks: list[tuple[str, int | None, int]] = []
-
-        def start(self, task: str, total: int | None) -> None:
-            self.tasks.append((task, total, 0))
-
-        def advance(self, n: int) -> None:
-            task, total, done = self.tasks[-1]
-            self.tasks[-1] = (task, total, done + n)
-
-        def finish(self) -> None:
-            pass
-
-    recorder = Recorder()
+    recorder = ProgressRecorder()
     groups = np.repeat([0, 1], [300, 3000])
     similar_pairs(clustered(3300, topics=20, seed=9), groups, 0.8, exact_cutoff=1000, progress=recorder)
 

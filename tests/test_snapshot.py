@@ -13,7 +13,7 @@ from engram_pipelines.records import memory_schema
 from engram_pipelines.snapshot import take_snapshot
 from engram_pipelines.store import open_store
 from engram_pipelines.store import sqlite as sqlite_store
-from tests.conftest import AS_OF, memory
+from tests.conftest import AS_OF, ProgressRecorder, memory
 
 # What a writer that does not go through the adapter can leave in a SQLite store past its CHECK constraints.
 _DAMAGE = {
@@ -64,24 +64,6 @@ def test_a_failure_of_no_row_stops_the_snapshot_instead_of_passing_the_batch(mon
         schemas.memory_row_problems(empty)
 
 
-class _Recorded:
-    """A Progress that keeps what it was told."""
-
-    def __init__(self) -> None:
-        self.started: list[tuple[str, int | None]] = []
-        self.advanced: dict[str, int] = {}
-
-    def start(self, task: str, total: int | None) -> None:
-        self.started.append((task, total))
-        self.advanced[task] = 0
-
-    def advance(self, n: int) -> None:
-        self.advanced[self.started[-1][0]] += n
-
-    def finish(self) -> None:
-        pass
-
-
 def test_a_sqlite_snapshot_reads_the_store_file_ahead_when_it_fits_in_memory(
     tmp_path, warehouse, monkeypatch
 ):
@@ -92,15 +74,16 @@ def test_a_sqlite_snapshot_reads_the_store_file_ahead_when_it_fits_in_memory(
         size = sum(f.stat().st_size for f in files if f.exists())
         assert size > 3 << 20
 
-        progress = _Recorded()
+        progress = ProgressRecorder()
         result = take_snapshot(store, warehouse, AS_OF, progress=progress)
-        task = "read the store file ahead (MiB)"
-        assert progress.started[0] == (task, -(-size // (1 << 20)))
-        assert progress.advanced[task] == progress.started[0][1], "every MiB of the files was read"
+        mib = -(-size // (1 << 20))
+        assert progress.tasks[0] == ("read the store file ahead (MiB)", mib, mib), (
+            "every MiB of the files read"
+        )
         assert result.memories == 3_000
 
         # Not when the file would take more than half the memory there is: it would be evicted before use.
         monkeypatch.setattr(sqlite_store, "available_memory", lambda: 2 * size - 1)
-        progress = _Recorded()
+        progress = ProgressRecorder()
         take_snapshot(store, warehouse, AS_OF, progress=progress)
-        assert [task for task, _ in progress.started] == ["snapshot memories", "snapshot links"]
+        assert [task for task, _, _ in progress.tasks] == ["snapshot memories", "snapshot links"]
