@@ -64,26 +64,13 @@ def test_a_failure_of_no_row_stops_the_snapshot_instead_of_passing_the_batch(mon
         schemas.memory_row_problems(empty)
 
 
-def test_a_sqlite_snapshot_reads_the_store_file_ahead_when_it_fits_in_memory(
-    tmp_path, warehouse, monkeypatch
-):
-    url = f"sqlite:///{tmp_path}/engram.db"
-    with open_store(url, migrate=True) as store:
-        store.insert_memories([memory(i) for i in range(3_000)])  # ~1.6 KB a row: a few MiB in file and WAL
-        files = [tmp_path / "engram.db", tmp_path / "engram.db-wal"]
-        size = sum(f.stat().st_size for f in files if f.exists())
-        assert size > 3 << 20
-
+def test_a_sqlite_snapshot_first_reads_every_memory_in_storage_order(tmp_path, warehouse, monkeypatch):
+    monkeypatch.setattr(sqlite_store, "READ_AHEAD_ROWIDS", 1_000)
+    with open_store(f"sqlite:///{tmp_path}/engram.db", migrate=True) as store:
+        store.insert_memories([memory(i) for i in range(2_500)])
+        store.execute("DELETE FROM memories WHERE id IN ('m5', 'm1500')")  # rowid gaps count for nothing
         progress = ProgressRecorder()
         result = take_snapshot(store, warehouse, AS_OF, progress=progress)
-        mib = -(-size // (1 << 20))
-        assert progress.tasks[0] == ("read the store file ahead (MiB)", mib, mib), (
-            "every MiB of the files read"
-        )
-        assert result.memories == 3_000
-
-        # Not when the file would take more than half the memory there is: it would be evicted before use.
-        monkeypatch.setattr(sqlite_store, "available_memory", lambda: 2 * size - 1)
-        progress = ProgressRecorder()
-        take_snapshot(store, warehouse, AS_OF, progress=progress)
-        assert [task for task, _, _ in progress.tasks] == ["snapshot memories", "snapshot links"]
+    assert progress.tasks[0] == ("read the memories ahead, in storage order", 2_498, 2_498)
+    assert [task for task, _, _ in progress.tasks[1:]] == ["snapshot memories", "snapshot links"]
+    assert result.memories == 2_498
