@@ -69,6 +69,7 @@ LINK_FIELDS: list[pa.Field] = [
     pa.field("traversed_at", TIMESTAMP),
 ]
 LINK_COLUMNS: list[str] = [f.name for f in LINK_FIELDS]
+LINK_TIMESTAMP_COLUMNS = [f.name for f in LINK_FIELDS if f.type == TIMESTAMP]
 
 
 def memory_schema(embedding_dim: int | None) -> pa.Schema:

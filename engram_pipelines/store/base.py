@@ -802,7 +802,7 @@ class Store(ABC):
 
     def _link_preimage_sql(self) -> str:
         def value(column: str) -> str:
-            if column in _LINK_TIMESTAMPS:
+            if column in records.LINK_TIMESTAMP_COLUMNS:
                 return self._json_timestamp_sql(f"m.{column}")
             if column == "weight":
                 return self._json_float_sql("m.weight")
@@ -900,9 +900,6 @@ class Store(ABC):
                 (self._to_db("created_at", utc_now()), actor, row["id"], json.dumps({"reason": reason})),
             )
         return True
-
-
-_LINK_TIMESTAMPS = ("created_at", "updated_at", "traversed_at")
 
 
 def embedding_array(blobs: Sequence[bytes | None], dim: int, dtype: str = "<f4") -> pa.FixedSizeListArray:

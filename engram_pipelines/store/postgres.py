@@ -320,7 +320,10 @@ class PostgresStore(Store):
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
         """The links as CSV from COPY, parsed by Arrow: a Python tuple per link made the link read a fifth of a
         later night's snapshot once the first night had written its temporal edges (~2.9M at 1M memories)."""
-        columns = [_LINK_TIMESTAMP_TEXT.format(c) if c in _LINK_TIMES else c for c in records.LINK_COLUMNS]
+        columns = [
+            _LINK_TIMESTAMP_TEXT.format(c) if c in records.LINK_TIMESTAMP_COLUMNS else c
+            for c in records.LINK_COLUMNS
+        ]
         query = (
             f"COPY (SELECT {', '.join(columns)} FROM memory_links ORDER BY src_id, dst_id, kind) "
             "TO STDOUT WITH (FORMAT csv)"
@@ -348,7 +351,6 @@ class PostgresStore(Store):
 
 
 # Timestamps leave PostgreSQL as ISO 8601 in UTC with microseconds, the form Arrow's CSV reader parses.
-_LINK_TIMES = ("created_at", "updated_at", "traversed_at")
 _LINK_TIMESTAMP_TEXT = "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS {0}"
 
 

@@ -35,7 +35,6 @@ from engram_pipelines.timestamps import format_timestamp, parse_timestamp
 BUSY_TIMEOUT_MS = 10_000
 APPLY_WAL_PAGES = 65_536  # 256 MB of WAL between checkpoints during an apply
 APPLY_CACHE_KIB = -262_144  # negative: KiB, so 256 MB of page cache
-_LINK_TS = ("created_at", "updated_at", "traversed_at")
 READ_AHEAD_ROWIDS = 50_000  # rows per statement of the read-ahead (its progress steps)
 
 
@@ -191,7 +190,7 @@ class SQLiteStore(Store):
     def _to_db(self, column: str, value: Any) -> Any:
         if value is None:
             return None
-        if column in TIMESTAMP_COLUMNS or column in _LINK_TS:
+        if column in TIMESTAMP_COLUMNS or column in records.LINK_TIMESTAMP_COLUMNS:
             return format_timestamp(value if isinstance(value, dt.datetime) else parse_timestamp(value))
         if column in BOOL_COLUMNS:
             return 1 if value else 0
@@ -202,7 +201,7 @@ class SQLiteStore(Store):
     def _from_db(self, column: str, value: Any) -> Any:
         if value is None:
             return None
-        if column in TIMESTAMP_COLUMNS or column in _LINK_TS:
+        if column in TIMESTAMP_COLUMNS or column in records.LINK_TIMESTAMP_COLUMNS:
             return parse_timestamp(value)
         if column in BOOL_COLUMNS:
             return bool(value)
