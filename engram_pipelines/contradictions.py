@@ -8,17 +8,20 @@ depend on sentence length or on how many words the rule file lists.
 
 Rules, in order; the first that fires gives `rule` and `reason` (values read older -> newer):
 
-1. negation: exactly one side negated ("not", "n't", "never", "no longer", ...). Not when both sides are claims
-   about the same subject and relation whose values are unrelated ("Alice lives in Berlin" vs "Alice doesn't
-   live in Paris" is consistent).
-2. change: a change indicator ("switched to", "now", "no longer", ...) in the newer row and not in the older.
-   Not when both are the same claim with the same (or an elaborated) value ("I use vim" -> "I now use vim").
+1. negation: exactly one side negated ("not", "n't", "never", "no longer", ...), and it denies what the other
+   says: the same claim with the same (or an elaborated) value, or, without a shared claim, the rest of one
+   sentence contained in the other ("Alice lives in Berlin" vs "Alice doesn't live in Paris" is consistent).
+2. change: a change indicator ("switched to", "now", "no longer", ...) in the newer row and not in the older,
+   about the same single-valued slot with another value ("I use vim" -> "I switched to emacs"), or, without a
+   shared claim, with at least half the longer row's content words in common. Not when both are the same claim
+   with the same (or an elaborated) value ("I use vim" -> "I now use vim").
 3. polar: one side has only the first pole of a pair (like, enable, ...) and the other only the second
    (dislike, disable, ...), and the rest of one sentence is contained in the rest of the other.
-4. value_swap: same subject and single-valued relation (relational "X prefers|uses|lives in|works at ... Y",
-   copular "X is Y", assignment "X = Y" / "X: Y"; "my editor" = "editor"), values that differ and neither a
-   token subset of the other ("vim" vs "vim with plugins" is elaboration). Quantity-only differences are left
-   to the next two rules.
+4. value_swap: the same single-valued slot on both sides (relational "X prefers|uses|lives in|works at ... Y";
+   copular "X is Y" and assignment "X = Y" / "X: Y" only for a slot subject such as "my editor" or "favorite
+   color", or a value that starts with a number; short values only), values that differ and neither a token
+   subset of the other ("vim" vs "vim with plugins" is elaboration). What a person is, does, likes or feels is
+   many-valued and never swaps. Quantity-only differences are left to the next two rules.
 5. numeric / 6. temporal: the same claim (or, without a claim, the same sentence) with every number, clock time
    and date replaced by a placeholder, and different numbers ("5 people" vs "7 people") or times/dates
    ("9am" vs "10am"; "March 3" is any year's, so it never contradicts "2026-03-03"). Only a claim's value is
@@ -26,10 +29,11 @@ Rules, in order; the first that fires gives `rule` and `reason` (values read old
 7. explicit: the pair carries `explicit = true` (from `metadata.contradicts`, see `explicit_candidates`).
    Reported only when no heuristic fired, and exempt from the guards: a person or agent asserted it.
 
-Guards (rules 1-6 never fire), as the issue lists them: either subject is only a pronoun ("this is fine" vs
-"this is terrible"), both sides parse into claims with different subjects or relations, both sides are negated
-(two denials assert no value), both sides carry a change word (two reported changes: "switched to vim" vs
-"switched to emacs" is left to review, not flagged). Value-swap and quantity rules also need both sides
+Guards (rules 1-6 never fire): either subject is only a pronoun ("this is fine" vs "this is terrible"), both
+sides parse into claims with different subjects or relations, both sides are negated (two denials assert no
+value), both sides carry a change word (two reported changes: "switched to vim" vs "switched to emacs" is left
+to review, not flagged), or a transcript line ("Speaker: text", an utterance: its claims are the speaker's)
+does not make the other row's claim. Value-swap and quantity rules also need both sides
 unnegated; identical and elaborated values are handled per rule above.
 
 Word lists and patterns live in data/contradiction_rules.yaml; `load_rules(path)` reads a user's own copy.
@@ -100,6 +104,7 @@ FEATURES_SCHEMA = pa.schema(
         pa.field("value_tokens", pa.list_(pa.string())),  # value minus function words (subset checks)
         pa.field("single_valued", pa.bool_(), nullable=False),
         pa.field("pronoun_subject", pa.bool_(), nullable=False),
+        pa.field("utterance", pa.bool_(), nullable=False),  # a "Speaker: text" transcript line
         pa.field("claim_label", pa.string()),  # "editor" / "alice lives in", for reasons
         pa.field("quantity_key", pa.string()),  # claim or sentence with quantities as placeholders
         pa.field("quantity_label", pa.string()),
@@ -208,7 +213,7 @@ class RuleBook:
     assignment: re.Pattern[str] = field(repr=False)
     assignment_chars: frozenset[str] = field(repr=False)  # no such character, no assignment to try
     relation_of_form: Mapping[tuple[str, ...], str] = field(repr=False)  # ("lived", "in") -> "lives in"
-    single_valued: frozenset[str] = field(repr=False)
+    single_valued: frozenset[str] = field(repr=False)  # relations; copular claims also need a slot subject
     pronouns: frozenset[str] = field(repr=False)
     possessives: frozenset[str] = field(repr=False)
     subject_stop_phrases: Phrases = field(repr=False)
@@ -217,6 +222,12 @@ class RuleBook:
     function_words: frozenset[str] = field(repr=False)
     ignored_content_words: frozenset[str] = field(repr=False)
     max_subject_tokens: int = 8
+    slot_nouns: frozenset[str] = field(repr=False, default=frozenset())
+    slot_prefixes: frozenset[str] = field(repr=False, default=frozenset())
+    max_value_tokens: int = 4
+    descriptive_starts: frozenset[str] = field(repr=False, default=frozenset())
+    utterance: re.Pattern[str] | None = field(repr=False, default=None)
+    first_person: frozenset[str] = field(repr=False, default=frozenset())
     quantity: re.Pattern[str] = field(repr=False, default=re.compile(r"(?!)"))
     quantity_kinds: Mapping[str, str] = field(repr=False, default_factory=dict)  # outer group -> kind
     quantity_words: frozenset[str] = field(repr=False, default=frozenset())  # quantities without a digit
@@ -408,6 +419,8 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
         raw, source
     )
     function_words = frozenset(words("function_words"))
+    slots = raw.get("slots") or {}
+    utterance = raw.get("utterance") or {}
     contractions = {str(k).lower(): str(v).lower() for k, v in (raw.get("contractions") or {}).items()}
     single_token_cues = {
         w for w in [*negation_words, *change_words, *subject_stops, *value_stops] if " " not in w
@@ -424,6 +437,14 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
         assignment_chars=assignment_chars,
         relation_of_form=relation_of_form,
         single_valued=single_valued,
+        slot_nouns=frozenset(_words(slots.get("nouns", []), "slots.nouns", source)),
+        slot_prefixes=frozenset(_words(slots.get("prefixes", []), "slots.prefixes", source)),
+        max_value_tokens=int(raw.get("max_value_tokens", 4)),
+        descriptive_starts=frozenset(
+            _words(raw.get("descriptive_value_starts", []), "descriptive_value_starts", source)
+        ),
+        utterance=re.compile(utterance["pattern"]) if utterance.get("pattern") else None,
+        first_person=frozenset(_words(utterance.get("first_person", []), "utterance.first_person", source)),
         pronouns=frozenset(words("pronouns")),
         possessives=frozenset(words("possessives")),
         subject_stop_phrases=Phrases.of(subject_stops),
@@ -540,10 +561,13 @@ def _claim(
         value = clean_value(text[_end_offset(text, tokens, index + length - 1) :], rules)
         if subject is None or value is None:
             continue
+        raw_value = text[_end_offset(text, tokens, index + length - 1) :]
         if category == COPULA:
-            return Claim(subject, COPULAR_RELATION, value, "copular", COPULAR_RELATION in rules.single_valued)
+            single = _single_valued(subject, COPULAR_RELATION, raw_value, value, rules)
+            return Claim(subject, COPULAR_RELATION, value, "copular", single)
         relation = rules.relation_of_form[tuple(tokens[index : index + length])]
-        return Claim(subject, relation, value, "relational", relation in rules.single_valued)
+        single = _single_valued(subject, relation, raw_value, value, rules)
+        return Claim(subject, relation, value, "relational", single)
     if rules.assignment_chars.isdisjoint(text):
         return None
     match = rules.assignment.match(text)
@@ -552,7 +576,29 @@ def _claim(
     subject, value = _clean_subject(tokens_of(match["subject"]), rules), clean_value(match["value"], rules)
     if subject is None or value is None:
         return None
-    return Claim(subject, COPULAR_RELATION, value, "assignment", COPULAR_RELATION in rules.single_valued)
+    single = _single_valued(subject, COPULAR_RELATION, match["value"], value, rules)
+    return Claim(subject, COPULAR_RELATION, value, "assignment", single)
+
+
+def _single_valued(subject: str, relation: str, raw_value: str, value: str, rules: RuleBook) -> bool:
+    """Does the claim fill a slot that holds one comparable value at a time?
+
+    The relation must be single-valued (lives in, works at, uses; not likes or has). A copular or assignment
+    claim also needs a slot subject ("my editor", "favorite color") or a value that starts with a number
+    ("Alice is 30"). The value must be short and not start with an indefinite word: "vim" and "Berlin" are
+    comparable, "a small bakery downtown that she loves" is a description, not a value."""
+    if relation not in rules.single_valued:
+        return False
+    value_tokens = value.split()
+    if len(value_tokens) > rules.max_value_tokens:
+        return False
+    raw_tokens = tokens_of(raw_value)
+    if raw_tokens and raw_tokens[0] in rules.descriptive_starts:
+        return False
+    if relation != COPULAR_RELATION:
+        return True
+    words = subject.split()
+    return words[-1] in rules.slot_nouns or words[0] in rules.slot_prefixes or value_tokens[0][0].isdigit()
 
 
 def _canonical_number(value: float) -> str:
@@ -709,6 +755,20 @@ def _pronoun_subject(claim: Claim | None, tokens: Sequence[str], rules: RuleBook
     return bool(tokens) and tokens[0] in rules.pronouns
 
 
+def _utterance(content: str, rules: RuleBook) -> tuple[str | None, str]:
+    """(speaker, text) of a "Speaker: text" transcript line, else (None, content). A capitalised slot noun before
+    the colon ("Editor: vim", "Database: postgres") is an assignment, not a speaker."""
+    if rules.utterance is None or ":" not in content:
+        return None, content
+    match = rules.utterance.match(content.strip())
+    if match is None:
+        return None, content
+    speaker = " ".join(match["speaker"].lower().split())
+    if speaker.split()[0] in rules.slot_nouns or speaker.split()[-1] in rules.slot_nouns:
+        return None, content
+    return speaker, match["text"]
+
+
 def _without_years(temporals: Sequence[str]) -> str:
     """Dates reduced to month and day ("2026-03-01" -> "--03-01"), to compare with a date written without one."""
     return "|".join(
@@ -718,10 +778,15 @@ def _without_years(temporals: Sequence[str]) -> str:
 
 def memory_row(memory_id: str, content: str, rules: RuleBook) -> dict[str, Any]:
     """The features of one memory (one FEATURES_SCHEMA row)."""
-    text = expand_contractions(normalise(content or ""), rules)
+    speaker, content = _utterance(content or "", rules)
+    text = expand_contractions(normalise(content), rules)
     tokens = tokens_of(text)
     hits = rules.cues.first_hits(tokens)
     claim = _claim(text, tokens, hits, rules)
+    if claim is not None and speaker is not None:
+        # The speaker's claim: "John: I live in Boston" is john's, "John: my editor is vim" is john's editor.
+        own = claim.subject in rules.first_person
+        claim = claim._replace(subject=speaker if own else f"{speaker}'s {claim.subject}")
     quantities = scan_quantities(claim.value, rules) if claim else scan_quantities(text, rules, tokens)
     claim_key = f"{claim.subject}\x1f{claim.relation}\x1f" if claim else "\x1f\x1f"
     return {
@@ -741,6 +806,7 @@ def memory_row(memory_id: str, content: str, rules: RuleBook) -> dict[str, Any]:
         "value_tokens": sorted(set(claim.value.split()) - rules.function_words) if claim else None,
         "single_valued": bool(claim and claim.single_valued),
         "pronoun_subject": _pronoun_subject(claim, tokens, rules),
+        "utterance": speaker is not None,
         "claim_label": claim.label if claim else None,
         "quantity_key": claim_key + quantities.template if quantities else None,
         "quantity_label": (claim.label if claim else quantities.label) if quantities else None,
@@ -783,7 +849,7 @@ def memory_features(ids: Sequence[str], contents: Sequence[str], rules: RuleBook
 
 
 # Bump when the parsing above changes: features cached by an older parser must not be reused.
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2
 
 
 def cached_memory_features(
@@ -861,16 +927,19 @@ def _claim_key(row: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def _guarded(older: Mapping[str, Any], newer: Mapping[str, Any]) -> bool:
-    """The never-fires cases: a pronoun subject, two different claims, two denials, two changes."""
+    """The never-fires cases: a pronoun subject, two different claims, two denials, two changes, and an
+    utterance that does not make the other row's claim."""
     different_claims = None not in (_claim_key(older), _claim_key(newer)) and _claim_key(older) != _claim_key(
         newer
     )
+    same_claim = _claim_key(older) is not None and _claim_key(older) == _claim_key(newer)
     return (
         older["pronoun_subject"]
         or newer["pronoun_subject"]
         or different_claims
         or (older["negated"] and newer["negated"])
         or (older["change_word"] and newer["change_word"])
+        or ((older["utterance"] or newer["utterance"]) and not same_claim)
     )
 
 
@@ -881,17 +950,27 @@ def _heuristic_rule(
         return None
     same_claim = _claim_key(older) is not None and _claim_key(older) == _claim_key(newer)
     compatible = same_claim and _values_compatible(older, newer)
+    same_slot = same_claim and older["single_valued"] and newer["single_valued"]
     unnegated = not (older["negated"] or newer["negated"])
     same_frame = older["quantity_key"] is not None and older["quantity_key"] == newer["quantity_key"]
-    if older["negated"] != newer["negated"] and not (same_claim and not compatible):
+    # Without a shared claim, a denial must deny what the other row says (the rest of one sentence contained in
+    # the other's), and a change must keep most of the other row's words: on real facts about people, a
+    # negation or a "started" anywhere in a similar sentence was a different fact, not a conflict.
+    if older["negated"] != newer["negated"] and (
+        compatible if same_claim else _content_contained(older, newer)
+    ):
         side, cue = ("newer", newer["negation_cue"]) if newer["negated"] else ("older", older["negation_cue"])
         return "negation", f"negation: only the {side} row is negated ('{cue}')"
-    if newer["change_word"] and not compatible:
+    if (
+        newer["change_word"]
+        and not compatible
+        and (same_slot or (not same_claim and _content_overlap(older, newer)))
+    ):
         return "change", f"change: the newer row says '{newer['change_cue']}'"
     poles = _opposite_poles(older, newer, rules)
     if poles and _content_contained(older, newer):
         return "polar", f"polar: '{poles[0]}' vs '{poles[1]}'"
-    if same_claim and not compatible and newer["single_valued"] and unnegated and not same_frame:
+    if same_slot and not compatible and unnegated and not same_frame:
         return "value_swap", f"value swap: {newer['claim_label']} '{older['value']}' vs '{newer['value']}'"
     if not (same_frame and unnegated):
         return None
@@ -909,6 +988,12 @@ def _heuristic_rule(
 def _content_contained(older: Mapping[str, Any], newer: Mapping[str, Any]) -> bool:
     a, b = set(older["content_tokens"]), set(newer["content_tokens"])
     return a <= b or b <= a
+
+
+def _content_overlap(older: Mapping[str, Any], newer: Mapping[str, Any]) -> bool:
+    """The two rows share at least half the content words of the longer one."""
+    a, b = set(older["content_tokens"]), set(newer["content_tokens"])
+    return 2 * len(a & b) >= max(len(a), len(b))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -943,8 +1028,15 @@ class _TokenLists:
 
     def contained(self, inner: np.ndarray, outer: np.ndarray) -> np.ndarray:
         """Per pair: is every token of memory `inner[i]` among the tokens of memory `outer[i]`?"""
+        return self.misses(inner, outer) == 0
+
+    def lengths(self, rows: np.ndarray) -> np.ndarray:
+        return self.offsets[rows + 1] - self.offsets[rows]
+
+    def misses(self, inner: np.ndarray, outer: np.ndarray) -> np.ndarray:
+        """Per pair: how many tokens of memory `inner[i]` are not among the tokens of memory `outer[i]`."""
         if len(inner) == 0:
-            return np.zeros(0, dtype=bool)
+            return np.zeros(0, dtype=np.int64)
         outer_owner, outer_codes = self.gather(outer)
         inner_owner, inner_codes = self.gather(inner)
         outer_keys = np.sort(outer_owner * self.vocabulary + outer_codes)
@@ -953,8 +1045,7 @@ class _TokenLists:
         hit = np.zeros(len(inner_keys), dtype=bool)
         in_range = found < len(outer_keys)
         hit[in_range] = outer_keys[found[in_range]] == inner_keys[in_range]
-        misses = np.bincount(inner_owner[~hit], minlength=len(inner))
-        return misses == 0
+        return np.bincount(inner_owner[~hit], minlength=len(inner))
 
 
 @dataclass(frozen=True)
@@ -965,6 +1056,7 @@ class _MemoryArrays:
     negated: np.ndarray
     change: np.ndarray
     pronoun: np.ndarray
+    utterance: np.ndarray
     single_valued: np.ndarray
     subject: np.ndarray  # int codes, -1 = no claim
     relation: np.ndarray
@@ -987,6 +1079,7 @@ class _MemoryArrays:
             negated=_flags(features["negated"]),
             change=_flags(features["change_word"]),
             pronoun=_flags(features["pronoun_subject"]),
+            utterance=_flags(features["utterance"]),
             single_valued=_flags(features["single_valued"]),
             subject=_codes(features["subject"]),
             relation=_codes(features["relation"]),
@@ -1102,25 +1195,43 @@ def _rule_masks(
     same_claim = both_claims & (subject_o == subject_n) & (m.relation[older] == m.relation[newer])
     neg_o, neg_n = m.negated[older], m.negated[newer]
     both_changed = m.change[older] & m.change[newer]
+    utterance = (m.utterance[older] | m.utterance[newer]) & ~same_claim
     open_ = known & ~(
-        m.pronoun[older] | m.pronoun[newer] | (both_claims & ~same_claim) | (neg_o & neg_n) | both_changed
+        m.pronoun[older]
+        | m.pronoun[newer]
+        | (both_claims & ~same_claim)
+        | (neg_o & neg_n)
+        | both_changed
+        | utterance
     )
     compatible = _values_compatible_mask(m, older, newer, same_claim)
+    same_slot = same_claim & m.single_valued[older] & m.single_valued[newer]
     unnegated = ~neg_o & ~neg_n
     key_o = m.quantity_key[older]
     same_quantity_key = (key_o >= 0) & (key_o == m.quantity_key[newer])
 
+    # Rows whose content words one rule needs compared (the lexical checks cost a gather each: only these).
+    negation = open_ & (neg_o != neg_n) & np.where(same_claim, compatible, True)
+    change = open_ & m.change[newer] & ~compatible & (same_slot | ~same_claim)
     polar = open_ & _opposite_pole_mask(m, older, newer)
-    todo = np.flatnonzero(polar)
+    contained = np.zeros(len(older), dtype=bool)
+    todo = np.flatnonzero((negation & ~same_claim) | polar)
     if len(todo):
         o, n = older[todo], newer[todo]
-        polar[todo] = m.content_tokens.contained(o, n) | m.content_tokens.contained(n, o)
+        contained[todo] = m.content_tokens.contained(o, n) | m.content_tokens.contained(n, o)
+    negation &= same_claim | contained
+    polar &= contained
+    todo = np.flatnonzero(change & ~same_slot)
+    if len(todo):
+        o, n = older[todo], newer[todo]
+        shared = m.content_tokens.lengths(o) - m.content_tokens.misses(o, n)
+        change[todo] = 2 * shared >= np.maximum(m.content_tokens.lengths(o), m.content_tokens.lengths(n))
     quantity_open = open_ & unnegated & same_quantity_key
     return _PairMasks(
-        negation=open_ & (neg_o != neg_n) & ~(same_claim & ~compatible),
-        change=open_ & m.change[newer] & ~compatible,
+        negation=negation,
+        change=change,
         polar=polar,
-        value_swap=open_ & same_claim & ~compatible & m.single_valued[newer] & unnegated & ~same_quantity_key,
+        value_swap=open_ & same_slot & ~compatible & unnegated & ~same_quantity_key,
         numeric=quantity_open & (m.numbers[older] != m.numbers[newer]),
         temporal=quantity_open
         & (m.temporals[older] != m.temporals[newer])
