@@ -1,14 +1,17 @@
-"""Near-duplicate clusters in which every loser is in the band *to its canonical* (seeds 000, 002).
+"""Near-duplicate clusters in which every loser is in the band *to its canonical* and says nothing the canonical
+does not say (seeds 000, 002; issue 18).
 
 No single-link chaining: A~B and B~C never put A and C together unless A~C. Clusters are built greedily:
-rows are visited in canonical order (highest importance, then most recent, then lowest id); an unassigned row
-becomes the canonical of its unassigned, eligible neighbours in the band, taken best-first, each only if it is
-in the band to every loser already taken (complete linkage). A row may be canonical while pinned; it is never
-a loser while pinned, a block, superseded, outside the active zone, or in a contradiction.
+rows are visited most informative first (most content words, then the seeds' order: highest importance, most
+recent, lowest id); an unassigned row becomes the canonical of its unassigned, eligible neighbours in the band
+that it contains (`containment`), taken best-first, each only if it is in the band to every loser already
+taken (complete linkage). Between two rows that contain each other the seeds' order decides which is kept. A
+row may be canonical while pinned; it is never a loser while pinned, a block, superseded, outside the active
+zone, or in a contradiction.
 
-Pairs are dropped before clustering when the two rows are of different kinds, or when their numbers differ
-("standup at 9am" vs "at 10am" is a changed value, not a duplicate), or when the contradiction analysis
-paired them.
+Pairs are dropped before clustering when the two rows are of different kinds, when their numbers differ
+("standup at 9am" vs "at 10am" is a changed value, not a duplicate), when the contradiction analysis paired
+them, or when neither contains the other (another subject, another name, another event).
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+from engram_pipelines.containment import DEFAULT_MIN_COVERAGE, containment_features, directed_pairs
+
+# Numbers in digits, and in words: "Nate won his fourth tournament" is another event than "won a big tournament".
+_NUMBER = re.compile(
+    r"\d+(?:[.,:]\d+)*|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|hundred|"
+    r"thousand|million|first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|once|twice|dozen)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -58,7 +68,7 @@ CLUSTER_SCHEMA = pa.schema(
 
 
 def numbers_of(contents: list[str]) -> list[tuple[str, ...]]:
-    return [tuple(sorted(_NUMBER.findall(c))) for c in contents]
+    return [tuple(sorted(n.lower() for n in _NUMBER.findall(c))) for c in contents]
 
 
 def band_pairs(
@@ -68,8 +78,10 @@ def band_pairs(
     high: float | None,
     *,
     excluded_pairs: pa.Table | None = None,
+    min_coverage: float = DEFAULT_MIN_COVERAGE,
 ) -> pa.Table:
-    """The pairs in [low, high) whose rows are of one kind, with the same numbers, not paired as contradicting."""
+    """The pairs in [low, high) whose rows are of one kind, with the same numbers, not paired as contradicting,
+    one contained in the other (`left_in_right`, `right_in_left`: which side may be hidden)."""
     in_band = pc.greater_equal(pairs["score"], low)
     if high is not None:
         in_band = pc.and_(in_band, pc.less(pairs["score"], high))
@@ -89,7 +101,7 @@ def band_pairs(
     )
     # An excluded pair matches in either order: compared in one order (least, greatest), an equality join.
     # (Written as `x.left = p.left AND ... OR x.left = p.right AND ...` it was a nested loop: 68 s at 1M.)
-    return con.sql(
+    kept = con.sql(
         """
         WITH xo AS (SELECT DISTINCT least(left_id, right_id) AS lo, greatest(left_id, right_id) AS hi FROM x),
         po AS (SELECT *, least(left_id, right_id) AS lo, greatest(left_id, right_id) AS hi FROM p)
@@ -100,10 +112,16 @@ def band_pairs(
         ORDER BY po.left_id, po.right_id
         """
     ).to_arrow_table()
+    con.close()
+    features = containment_features(involved["id"].to_pylist(), involved["content"].to_pylist())
+    return directed_pairs(kept, features, min_coverage)
 
 
-def _eligibility(memories: pa.Table, excluded_ids: set[str]) -> pa.Table:
+def _eligibility(memories: pa.Table, excluded_ids: set[str], word_counts: pa.Table) -> pa.Table:
+    """Per row: its visiting order (`priority`: most content words first, then the seeds' order), its rank in
+    the seeds' order alone, and whether it may cluster and lose. `word_counts`: id, words (rows of the band)."""
     con = duckdb.connect()
+    con.register("w", word_counts)
     con.register(
         "m",
         memories.select(
@@ -124,13 +142,15 @@ def _eligibility(memories: pa.Table, excluded_ids: set[str]) -> pa.Table:
     table = con.sql(
         """
         SELECT id, namespace, tags,
-            row_number() OVER (ORDER BY importance DESC, created_at DESC, id) - 1 AS priority,
+            row_number() OVER (ORDER BY coalesce(w.words, 0) DESC, importance DESC, created_at DESC, id) - 1
+                AS priority,
+            row_number() OVER (ORDER BY importance DESC, created_at DESC, id) - 1 AS seed_rank,
             -- Semantic nodes dedupe themselves (a cluster reinforces the nearest node instead of creating one)
             -- and carry their sources' state; a merge would orphan it.
             (zone = 'active' AND superseded_by IS NULL AND kind <> 'semantic'
              AND json_extract(metadata, '$.contradictionWith') IS NULL) AS can_cluster,
             (NOT pinned AND kind <> 'block') AS can_lose
-        FROM m
+        FROM m LEFT JOIN w USING (id)
         """
     ).to_arrow_table()
     if excluded_ids:
@@ -154,6 +174,9 @@ class _Graph:
     src: np.ndarray  # both directions, sorted by (src, dst) rank
     dst: np.ndarray
     sim: np.ndarray
+    absorbs: (
+        np.ndarray
+    )  # may dst lose to src? (src contains dst; the seeds' order between two that contain each other)
     starts: np.ndarray  # src rank r's neighbours are dst[starts[r]:starts[r + 1]]
 
 
@@ -169,7 +192,16 @@ def star_clusters(
     """
     if pairs.num_rows == 0:
         return []
-    graph = _graph(pairs, _eligibility(memories, set(excluded_ids)))
+    counts = pa.table(
+        {
+            "id": pa.concat_arrays([pairs["left_id"].combine_chunks(), pairs["right_id"].combine_chunks()]),
+            "words": pa.concat_arrays(
+                [pairs["left_words"].combine_chunks(), pairs["right_words"].combine_chunks()]
+            ),
+        }
+    )
+    counts = counts.group_by("id").aggregate([("words", "max")]).rename_columns(["id", "words"])
+    graph = _graph(pairs, _eligibility(memories, set(excluded_ids), counts))
     out: list[Cluster] = []
     while True:
         found = _one_pass(graph, prefix)
@@ -186,12 +218,23 @@ def _graph(pairs: pa.Table, rows: pa.Table) -> _Graph:
     left = pc.index_in(pairs["left_id"], value_set=rows["id"]).to_numpy(zero_copy_only=False)
     right = pc.index_in(pairs["right_id"], value_set=rows["id"]).to_numpy(zero_copy_only=False)
     score = pairs["score"].to_numpy(zero_copy_only=False)
+    left_in_right = pairs["left_in_right"].to_numpy(zero_copy_only=False).astype(bool)
+    right_in_left = pairs["right_in_left"].to_numpy(zero_copy_only=False).astype(bool)
     can_cluster = rows["can_cluster"].to_numpy(zero_copy_only=False)
+    seed = rows["seed_rank"].to_numpy(zero_copy_only=False)
     keep = can_cluster[left] & can_cluster[right]
     left, right, score = left[keep], right[keep], score[keep]
+    left_in_right, right_in_left = left_in_right[keep], right_in_left[keep]
     src = np.concatenate([priority[left], priority[right]])
     dst = np.concatenate([priority[right], priority[left]])
     sim = np.concatenate([score, score])
+    mutual = left_in_right & right_in_left
+    absorbs = np.concatenate(
+        [
+            right_in_left & (~mutual | (seed[right] > seed[left])),
+            left_in_right & (~mutual | (seed[left] > seed[right])),
+        ]
+    )
     order = np.lexsort((dst, src))
     return _Graph(
         ids=rows["id"].to_pylist(),
@@ -203,6 +246,7 @@ def _graph(pairs: pa.Table, rows: pa.Table) -> _Graph:
         src=src[order],
         dst=dst[order],
         sim=sim[order],
+        absorbs=absorbs[order],
         starts=np.searchsorted(src[order], np.arange(len(priority) + 1)),
     )
 
@@ -221,9 +265,10 @@ def _one_pass(g: _Graph, prefix: str) -> list[tuple[Cluster, int]]:
             continue
         neighbours = g.dst[g.starts[rank] : g.starts[rank + 1]]
         scores = g.sim[g.starts[rank] : g.starts[rank + 1]]
+        absorbs = g.absorbs[g.starts[rank] : g.starts[rank + 1]]
         taken: list[int] = []
-        # Only worse-ranked rows may lose to this one: the canonical is always the cluster's best member.
-        for position in np.flatnonzero(~assigned[neighbours] & g.can_lose[neighbours] & (neighbours > rank)):
+        # Only rows this one contains may lose to it: the canonical says everything its losers say.
+        for position in np.flatnonzero(~assigned[neighbours] & g.can_lose[neighbours] & absorbs):
             candidate = int(neighbours[position])
             # Complete linkage: a loser joins only if it is in the band to every loser already taken.
             if all(candidate in adjacent(other) for other in (int(neighbours[t]) for t in taken)):

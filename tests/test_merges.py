@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import math
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
 from engram_pipelines.clusters import band_pairs, star_clusters
+from engram_pipelines.containment import (
+    DEFAULT_MIN_COVERAGE,
+    contained_sql,
+    containment_features,
+    is_contained,
+)
 from engram_pipelines.merges import collapse_duplicates, consolidate
 from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, vector_pairs
 from engram_pipelines.vectors import vector_schema
@@ -127,9 +134,9 @@ def test_a_pinned_row_is_canonical_only_where_the_rule_elects_it():
 def test_collapse_annotates_and_consolidation_unions_tags():
     memories = snapshot(
         [
-            {"importance": 0.9, "tags": ["a"], "content": "one"},
-            {"tags": ["b", "a"], "content": "two"},
-            {"tags": ["c"], "content": "three"},
+            {"importance": 0.9, "tags": ["a"], "content": "Alice drinks green tea in the morning"},
+            {"tags": ["b", "a"], "content": "Alice drinks green tea"},
+            {"tags": ["c"], "content": "Alice drinks green tea mornings"},
             {"content": "same words", "importance": 0.2},
             {"content": "same words", "importance": 0.7},
         ]
@@ -198,3 +205,71 @@ def test_vectors_of_two_models_are_never_compared():
     ).cast(vector_schema(4))
     assert vector_pairs(table, 0.8, exact_cutoff=100)[0].num_rows == 0
     assert np.isclose(1.0, 1.0)
+
+
+def merged_pairs_of(texts: list[str], score: float = 0.9) -> list[tuple[str, str]]:
+    """(loser, canonical) of a consolidation over the given texts, all pairwise in the band."""
+    memories = snapshot([{"content": t} for t in texts])
+    ids = [f"m{i}" for i in range(len(texts))]
+    pairs = pairs_of([(a, b, score) for i, a in enumerate(ids) for b in ids[i + 1 :]])
+    result = consolidate(pairs, memories, low=0.85, high=0.97, at=AS_OF)
+    return sorted((loser, c.canonical) for c in result.clusters for loser, _ in c.losers)
+
+
+def test_roles_events_things_and_numbers_that_differ_never_merge():
+    """Wrong merges seen on real facts (LoCoMo): each pair is in the consolidation band of the default embedder."""
+    for a, b in [
+        ("John expressed willingness to help Maria", "Maria expressed her willingness to help John"),
+        ("Nate won his fourth video game tournament", "Nate won a really big tournament last week"),
+        ("Calvin values being true to himself", "Calvin values making a difference"),
+        ("Tim appreciates John's support", "John appreciates Tim's support"),
+        ("John asked James if he had been playing any new games lately.", "John asked James about the game."),
+    ]:
+        assert merged_pairs_of([a, b]) == [], (a, b)
+
+
+def test_the_canonical_is_the_member_that_says_everything():
+    """The more informative row is kept whatever the seeds' order (the newer, shorter row would win it)."""
+    longer = "Caroline is considering a career in counseling and mental health, working with trans people"
+    shorter = "Caroline is considering a career in counseling and mental health"
+    memories = snapshot(
+        [{"content": longer, "created_at": days_ago(9)}, {"content": shorter, "created_at": days_ago(1)}]
+    )
+    result = consolidate(pairs_of([("m0", "m1", 0.9)]), memories, low=0.85, high=0.97, at=AS_OF)
+    assert [(c.canonical, [x for x, _ in c.losers]) for c in result.clusters] == [("m0", ["m1"])]
+    # A row with a detail the other lacks (a name) is never hidden: here neither contains the other.
+    assert merged_pairs_of([shorter + " in Boston", shorter + " with Melanie"]) == []
+
+
+def test_containment_in_sql_equals_the_plain_reference():
+    texts = [
+        "Jolene practices yoga and meditation to relax and stay focused.",
+        "Jolene practices yoga and meditation to recharge and relieve tension.",
+        "Jolene does yoga.",
+        "Deborah teaches yoga and spends time with the community.",
+        "Maria expressed her willingness to help John",
+        "John expressed willingness to help Maria",
+        "Did Jolene try yoga?",
+        "Thanks!",
+        "",
+    ]
+    features = containment_features([f"t{i}" for i in range(len(texts))], texts)
+    ids = [f"t{i}" for i in range(len(texts))]
+    pairs = pa.table(
+        {
+            "left_id": [a for a in ids for b in ids if a != b],
+            "right_id": [b for a in ids for b in ids if a != b],
+        }
+    )
+    con = duckdb.connect()
+    con.register("p", pairs)
+    con.register("f", features)
+    got = con.sql(
+        f"SELECT p.left_id, p.right_id, {contained_sql('a', 'b', DEFAULT_MIN_COVERAGE)} AS inside "
+        "FROM p JOIN f a ON a.id = p.left_id JOIN f b ON b.id = p.right_id"
+    ).fetchall()
+    text = dict(zip(ids, texts, strict=True))
+    assert len(got) == len(ids) * (len(ids) - 1)
+    for left, right, inside in got:
+        assert inside == is_contained(text[left], text[right]), (text[left], text[right])
+    assert is_contained(texts[2], texts[0]) and not is_contained(texts[0], texts[2])

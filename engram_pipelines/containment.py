@@ -1,0 +1,250 @@
+"""Does one memory say everything another says? The lexical test behind every merge (issue 18).
+
+A merge hides its losers, so a loser must be contained in its canonical: nothing a user would want to recall
+may be lost. Measured on real facts about people (LoCoMo, `bench/quality_real.py`), the cosine band alone merged
+pairs that were different events, objects or people ("Calvin values being true to himself" into "Calvin values
+making a difference") and swapped roles ("John expressed willingness to help Maria" into "Maria expressed her
+willingness to help John"), and hid the more informative row in a third of its merges.
+
+Each memory is reduced once to:
+- `words`: its content words, lowercased and lightly stemmed ("parades" = "parade"), function words and names
+  dropped;
+- `names`: its capitalised words in order of first appearance (people, places, titles), function words dropped;
+- `subject`: its first word when that is a name (who the sentence is about, or the speaker of a transcript line);
+- `question`: whether it reports or asks a question ("John asked James if ..."): each question is its own event.
+
+`inner` is contained in `outer` when it has no more content words than outer and at least `min_coverage` of
+them are among outer's (the facts are paraphrases: "went to a pride parade" = "attended a pride parade"), every
+name of inner is in outer in the same order, both have the same subject, and neither is a question (unless their
+words are identical). Two rows with as many words contain each other: the seeds' order picks the one kept.
+Numbers are checked apart (`clusters.band_pairs`: a changed value is not a duplicate).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import duckdb
+import pyarrow as pa
+
+# Share of the loser's content words (names apart) that the canonical must have. On the labelled LoCoMo fact
+# pairs in the consolidation band: 0.4 merged 14 pairs, 13 rightly; 0.5 merged 9 and 0.6 merged 5 (docs/quality.md).
+DEFAULT_MIN_COVERAGE = 0.4
+
+_WORD = re.compile(r"[A-Za-z0-9][\w'+\-]*")
+_FUNCTION_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "am",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "by",
+        "and",
+        "or",
+        "do",
+        "does",
+        "did",
+        "very",
+        "really",
+        "so",
+        "too",
+        "quite",
+        "just",
+        "also",
+        "still",
+        "that",
+        "which",
+        "who",
+        "whom",
+        "her",
+        "hers",
+        "his",
+        "their",
+        "theirs",
+        "he",
+        "she",
+        "they",
+        "it",
+        "its",
+        "this",
+        "these",
+        "those",
+        "has",
+        "have",
+        "had",
+        "as",
+        "from",
+        "about",
+        "into",
+        "than",
+        "then",
+        "there",
+        "here",
+        "my",
+        "your",
+        "our",
+        "me",
+        "him",
+        "them",
+        "i",
+        "we",
+        "you",
+        "us",
+        "will",
+        "would",
+        "can",
+        "could",
+        "should",
+        "shall",
+        "may",
+        "might",
+        "must",
+        "up",
+        "out",
+        "over",
+        "more",
+        "most",
+        "some",
+        "any",
+        "all",
+        "both",
+        "each",
+        "such",
+        "not",
+        "no",
+        "nor",
+        "if",
+        "but",
+        "because",
+        "while",
+        "when",
+        "where",
+        "what",
+        "how",
+        "why",
+        "whose",
+        "yes",
+        "oh",
+        "hey",
+        "hi",
+    ]
+)
+_QUESTION_WORDS = frozenset({"asked", "asks", "ask", "asking", "inquired", "inquires", "wondered", "wonders"})
+_SUFFIXES = ("ing", "ed", "es", "s", "ly")
+
+CONTAINMENT_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("words", pa.list_(pa.string()), nullable=False),
+        pa.field("names", pa.list_(pa.string()), nullable=False),
+        pa.field("subject", pa.string()),
+        pa.field("question", pa.bool_(), nullable=False),
+    ]
+)
+
+
+def stem(word: str) -> str:
+    """Lowercase, without a possessive or one common suffix (only for words of five letters or more)."""
+    word = word.lower().strip("'")
+    if word.endswith("'s"):
+        word = word[:-2]
+    for suffix in _SUFFIXES:
+        if len(word) > 4 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def memory_terms(content: str) -> tuple[list[str], list[str], str | None, bool]:
+    """(words, names, subject, question) of one memory; see the module docstring."""
+    tokens = _WORD.findall(content or "")
+    names: list[str] = []
+    for token in tokens:
+        if token[0].isupper() and token.lower() not in _FUNCTION_WORDS and (name := stem(token)) not in names:
+            names.append(name)
+    # Names are compared on their own: counted as words, the subject both rows share would make "Calvin values
+    # being true to himself" half-covered by "Calvin values making a difference".
+    words = sorted({stem(t) for t in tokens if t.lower() not in _FUNCTION_WORDS} - set(names))
+    first = tokens[0] if tokens else ""
+    subject = stem(first) if first[:1].isupper() and first.lower() not in _FUNCTION_WORDS else None
+    question = content.rstrip().endswith("?") or any(t.lower() in _QUESTION_WORDS for t in tokens)
+    return words, names, subject, question
+
+
+def containment_features(ids: Sequence[str], contents: Sequence[str]) -> pa.Table:
+    """One CONTAINMENT_SCHEMA row per memory (a Python pass over the memories of the band only)."""
+    terms = [memory_terms(c) for c in contents]
+    return pa.table(
+        [
+            pa.array(list(ids), pa.string()),
+            pa.array([t[0] for t in terms], pa.list_(pa.string())),
+            pa.array([t[1] for t in terms], pa.list_(pa.string())),
+            pa.array([t[2] for t in terms], pa.string()),
+            pa.array([t[3] for t in terms], pa.bool_()),
+        ],
+        schema=CONTAINMENT_SCHEMA,
+    )
+
+
+def contained_sql(inner: str, outer: str, min_coverage: float) -> str:
+    """A DuckDB boolean expression: is relation `inner`'s memory contained in `outer`'s (CONTAINMENT_SCHEMA
+    columns)? Held equal to `is_contained` by the tests."""
+    return f"""(
+        {inner}.subject IS NOT DISTINCT FROM {outer}.subject
+        AND list_filter({outer}.names, lambda n: list_contains({inner}.names, n)) = {inner}.names
+        AND CASE
+            WHEN {inner}.words = {outer}.words THEN true
+            WHEN {inner}.question OR {outer}.question OR len({inner}.words) = 0 THEN false
+            ELSE len({inner}.words) <= len({outer}.words)
+                AND len(list_intersect({inner}.words, {outer}.words)) >= {float(min_coverage)!r} * len({inner}.words)
+        END
+    )"""
+
+
+def is_contained(inner: str, outer: str, min_coverage: float = DEFAULT_MIN_COVERAGE) -> bool:
+    """The same test for two texts, plainly (the reference `contained_sql` is held to)."""
+    words_i, names_i, subject_i, question_i = memory_terms(inner)
+    words_o, names_o, subject_o, question_o = memory_terms(outer)
+    if subject_i != subject_o or [n for n in names_o if n in names_i] != names_i:
+        return False
+    if words_i == words_o:
+        return True
+    if question_i or question_o or not words_i or len(words_i) > len(words_o):
+        return False
+    return len(set(words_i) & set(words_o)) >= min_coverage * len(words_i)
+
+
+def directed_pairs(pairs: pa.Table, features: pa.Table, min_coverage: float) -> pa.Table:
+    """`pairs` (left_id, right_id, ...) with `left_in_right` and `right_in_left`, and each side's number of
+    content words (`left_words`, `right_words`: how informative it is); only pairs where one side is contained."""
+    con = duckdb.connect()
+    try:
+        con.register("p", pairs)
+        con.register("f", features)
+        return con.sql(
+            f"""
+            SELECT * FROM (
+                SELECT p.*, {contained_sql("a", "b", min_coverage)} AS left_in_right,
+                    {contained_sql("b", "a", min_coverage)} AS right_in_left,
+                    len(a.words) AS left_words, len(b.words) AS right_words
+                FROM p JOIN f a ON a.id = p.left_id JOIN f b ON b.id = p.right_id
+            ) WHERE left_in_right OR right_in_left
+            ORDER BY left_id, right_id
+            """
+        ).to_arrow_table()
+    finally:
+        con.close()
