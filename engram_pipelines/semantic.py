@@ -68,7 +68,6 @@ import pyarrow.compute as pc
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.config import Config, SemanticConfig
-from engram_pipelines.knowledge import carries_knowledge, informativeness
 from engram_pipelines.timestamps import format_timestamp, parse_timestamp
 
 SOURCE = "semantic"
@@ -319,7 +318,6 @@ def memory_facts(memories: pa.Table) -> pa.Table:
             json_extract(metadata, '$.semantic')::VARCHAR AS semantic,
             json_extract(metadata, '$.semanticCompressed') IS NOT NULL AS compressed,
             zone = 'active' AND superseded_by IS NULL AS live,
-            json_extract(metadata, '$.contradictionWith') IS NOT NULL AS contradicted,
             zone <> 'purge_queue' AND superseded_by IS NULL AS evidence
         FROM m ORDER BY id
         """
@@ -555,7 +553,7 @@ def semantic_extraction(
     facts = memory_facts(memories)
     run = _start_run(facts, memories, links, vectors, cfg, at)
     episodic = facts.filter(pc.equal(facts["kind"], "episodic"))
-    candidates = _seeds(episodic, pairs, cfg.cluster_similarity_threshold)
+    candidates = episodic.filter(episodic["evidence"])
     clusters = coherent_clusters(pairs, candidates, cfg.cluster_similarity_threshold, prefix="sem")
     run.facts.update(rows_by_id(facts, {m for c in clusters for m in c.members} - run.facts.keys()))
     for cluster in clusters:
@@ -566,21 +564,6 @@ def semantic_extraction(
     _mark_compressed(run, episodic.filter(episodic["live"]))
     works = [run.nodes[n] for n in sorted(run.nodes)]
     return _result_table(works, run.rejects, cfg), _intents(works, run)
-
-
-def _seeds(episodic: pa.Table, pairs: pa.Table, threshold: float) -> pa.Table:
-    """The rows that may seed or reinforce a node: visible (not superseded, not archived), not in a
-    contradiction (a replaced or disputed fact never becomes knowledge), paired at the threshold, and knowledge
-    rather than chit-chat (`knowledge.carries_knowledge`, parsed only for the paired rows)."""
-    close = pairs.filter(pc.greater_equal(pairs["score"], threshold))
-    paired = pc.unique(pa.chunked_array([*close["left_id"].chunks, *close["right_id"].chunks], pa.string()))
-    rows = episodic.filter(
-        pc.and_(
-            pc.and_(episodic["live"], pc.invert(episodic["contradicted"])), pc.is_in(episodic["id"], paired)
-        )
-    )
-    knowledge = [carries_knowledge(c) for c in rows["content"].to_pylist()]
-    return rows.filter(pa.array(knowledge, pa.bool_()))
 
 
 def _start_run(
@@ -705,19 +688,13 @@ def _create(
         reinforced_at=None,
         decayed_at=None,
         created_at=run.when,
-        representative=_most_informative(cluster, sources, run),
+        representative=cluster.medoid_of(sources),
     )
     work = _NodeWork(node_id, cluster.namespace, None, state, model, cluster_ids=[cluster.cluster_id])
     work.new_sources = sorted(sources)
     work.pending_dissent.update(dissent)
     run.nodes[node_id] = work
     run.claimed.update(sources)
-
-
-def _most_informative(cluster: CoherentCluster, sources: Sequence[str], run: _Run) -> str:
-    """The source that says the most (its text becomes the node's); the medoid's order breaks ties."""
-    central = sorted(sources, key=lambda i: (-sum(cluster.score(i, j) for j in sources if j != i), i))
-    return max(central, key=lambda i: informativeness(run.facts[i]["content"] or ""))
 
 
 def _maintain(work: _NodeWork, run: _Run) -> None:
