@@ -558,10 +558,10 @@ def _claim(
             continue
         index, length = hits[category]
         subject = _clean_subject(tokens[:index], rules)
-        value = clean_value(text[_end_offset(text, tokens, index + length - 1) :], rules)
+        raw_value = text[_end_offset(text, tokens, index + length - 1) :]
+        value = clean_value(raw_value, rules)
         if subject is None or value is None:
             continue
-        raw_value = text[_end_offset(text, tokens, index + length - 1) :]
         if category == COPULA:
             single = _single_valued(subject, COPULAR_RELATION, raw_value, value, rules)
             return Claim(subject, COPULAR_RELATION, value, "copular", single)
