@@ -2,6 +2,7 @@
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from assets.metadata import Lineage, column_lineage, sample_markdown, standard, value_counts
 from assets.partitions import as_of_date, as_of_partitions
@@ -85,9 +86,10 @@ _SEMANTIC_LINEAGE: Lineage = {
 @dg.asset(
     deps=["memory_snapshot", "embeddings", "similarity_pairs", "contradictions", "duplicates", "retention"],
     description=(
-        "Semantic extraction (seed 003), deterministic: episodic clusters at >= semantic.cluster_similarity_threshold "
-        "(0.7, every member to every other) with >= 2 sources and context variability (distinct conversation/"
-        "project pairs / size) >= 0.5 become a semantic row (the medoid's text, derived-from links) or reinforce "
+        "Semantic extraction (seed 003), deterministic: clusters of visible, uncontradicted episodic rows that "
+        "state knowledge (not chit-chat) at >= semantic.cluster_similarity_threshold (0.7, every member to every "
+        "other) with >= 2 sources from >= 2 contexts and context variability (distinct conversation/project pairs "
+        "/ size) >= 0.5 become a semantic row (the most informative source's text, derived-from links) or reinforce "
         "the node they match. ICD 203 tiers raw / corroborated / assessed / baseline with dual-axis confidence "
         "(probability, confidence), single-source ceiling 0.6, anti-anchoring after 30 days (x0.95 per cycle), "
         "dissent kept on the node, cascade on source loss, semanticCompressed marks. Class auto."
@@ -99,11 +101,13 @@ def semantic(
 ) -> dg.MaterializeResult:
     config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
     # Tonight's collapses and zone moves count already: one night settles what a second would otherwise redo.
+    retention = wh.read_table("retention", as_of)
     memories = project_auto_transitions(
-        wh.read_memories(as_of),
-        wh.read_table("duplicates", as_of),
-        wh.read_table("retention", as_of),
+        wh.read_memories(as_of), wh.read_table("duplicates", as_of), retention
     )
+    fading = retention.filter(
+        pc.and_(pc.equal(retention["from_zone"], "active"), pc.equal(retention["to_zone"], "archived"))
+    )["id"]
     result, intents = semantic_extraction(
         memories,
         wh.read_table("links", as_of),
@@ -111,6 +115,7 @@ def semantic(
         wh.read_table("embeddings", as_of),
         config,
         end_of_day(as_of),
+        fading=fading.combine_chunks(),
     )
     return _finish(
         wh,

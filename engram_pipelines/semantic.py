@@ -2,19 +2,21 @@
 
 Deterministic, no LLM. One run, per namespace (nothing ever crosses one) and per embedding model:
 
-1. **Clusters.** Episodic rows that are not superseded and not queued for purge, paired at >=
-   `cluster_similarity_threshold`, form *coherent* clusters (`coherent_clusters`): centres are visited by
-   degree, then summed similarity, then id; a centre takes its unassigned neighbours best-first, each only if it
-   is at or above the threshold to every member already taken (complete linkage, no chaining). The
-   representative of a cluster is its medoid: the member with the highest summed similarity to the others
-   (ties: lowest id). Archived rows are still evidence (as they are for the cascade), so archiving by retention
-   or compression changes nothing here.
+1. **Clusters.** Episodic rows that may *seed* (`_seeds`), paired at >= `cluster_similarity_threshold`, form
+   *coherent* clusters (`coherent_clusters`): centres are visited by degree, then summed similarity, then id; a
+   centre takes its unassigned neighbours best-first, each only if it is at or above the threshold to every
+   member already taken (complete linkage, no chaining). A row seeds when it was visible as the night started
+   (active and not superseded, tonight's duplicate losers included; a row tonight's retention archives still
+   seeds: the node keeps what fades), is in no contradiction (a replaced or disputed fact never becomes
+   knowledge) and states knowledge rather than chit-chat (`knowledge.carries_knowledge`). A node's text is its
+   most informative source (`knowledge.informativeness`; the medoid's order breaks ties). Once a row is a
+   source, archiving it changes nothing: archived sources stay evidence for the cascade.
 2. **Dissent first.** Members are taken most central first (summed similarity, then id); one that contradicts
    a member already taken (a `contradicts` link either way, or `metadata.contradictionWith`) is not evidence:
    it is recorded as dissent on the node. The medoid comes first, so whatever contradicts it is dissent; so is
    a new member that contradicts one of the reinforced node's sources.
-3. **Qualify.** A cluster counts when it has at least `min_sources_for_corroborated` members and enough context
-   variability: distinct (`conversation_id`, `project_id`) pairs from the members' metadata / members >=
+3. **Qualify.** A cluster counts when it has at least `min_sources_for_corroborated` members from at least two
+   contexts and enough context variability: distinct (`conversation_id`, `project_id`) pairs from the members' metadata / members >=
    `context_variability_threshold`. A missing id is a value like any other, so memories without context
    metadata share one context and never corroborate each other.
 4. **Reinforce or create.** The cluster centroid (mean of its unit vectors) is compared with the centroid of
@@ -37,7 +39,7 @@ Deterministic, no LLM. One run, per namespace (nothing ever crosses one) and per
    baseline node get `metadata.semanticCompressed` = {node, score, at} (a marker only: nothing is hidden).
 
 A new node is an `insert_memory` (id `sem-` + sha256(namespace, sorted source ids)[:20], kind `semantic`, tier
-`ltm`, content = its medoid's content, importance = the sources' maximum, tags every source shares,
+`ltm`, content = its most informative source's content, importance = the sources' maximum, tags every source shares,
 created_at = the as-of instant) plus one `derived-from` link node -> source per source (weight: the source's
 cosine to the node centroid). The node's state is `metadata.semantic`:
 
@@ -68,6 +70,7 @@ import pyarrow.compute as pc
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.config import Config, SemanticConfig
+from engram_pipelines.knowledge import carries_knowledge, informativeness
 from engram_pipelines.timestamps import format_timestamp, parse_timestamp
 
 SOURCE = "semantic"
@@ -318,6 +321,7 @@ def memory_facts(memories: pa.Table) -> pa.Table:
             json_extract(metadata, '$.semantic')::VARCHAR AS semantic,
             json_extract(metadata, '$.semanticCompressed') IS NOT NULL AS compressed,
             zone = 'active' AND superseded_by IS NULL AS live,
+            json_extract(metadata, '$.contradictionWith') IS NOT NULL AS contradicted,
             zone <> 'purge_queue' AND superseded_by IS NULL AS evidence
         FROM m ORDER BY id
         """
@@ -486,11 +490,15 @@ class _Run:
         n = len(ids)
         if n < self.cfg.min_sources_for_corroborated:
             return False, f"{n} source(s) < {self.cfg.min_sources_for_corroborated}"
-        variability = self.contexts(ids) / n
+        contexts = self.contexts(ids)
+        if contexts < 2:
+            # Repetition inside one conversation is one context, whatever the ratio (2 rows, 1 context = 0.5).
+            return False, f"{n} memories from one context"
+        variability = contexts / n
         if variability < self.cfg.context_variability_threshold:
             return False, (
                 f"context variability {variability:.2f} < {self.cfg.context_variability_threshold} "
-                f"({self.contexts(ids)} context(s) for {n} memories)"
+                f"({contexts} context(s) for {n} memories)"
             )
         return True, ""
 
@@ -547,13 +555,19 @@ def semantic_extraction(
     vectors: pa.Table,
     config: Config,
     at: dt.datetime,
+    *,
+    fading: pa.Array | None = None,
 ) -> tuple[pa.Table, pa.Table]:
-    """Create, reinforce and maintain semantic nodes; returns (SEMANTIC_SCHEMA table, intents)."""
+    """Create, reinforce and maintain semantic nodes; returns (SEMANTIC_SCHEMA table, intents).
+
+    `memories` may carry tonight's projected transitions; `fading` names the rows that were active when the
+    night started and that tonight's retention archives: they still seed (a node keeps what fades).
+    """
     cfg = config.semantic
     facts = memory_facts(memories)
     run = _start_run(facts, memories, links, vectors, cfg, at)
     episodic = facts.filter(pc.equal(facts["kind"], "episodic"))
-    candidates = episodic.filter(episodic["evidence"])
+    candidates = _seeds(episodic, pairs, cfg.cluster_similarity_threshold, fading)
     clusters = coherent_clusters(pairs, candidates, cfg.cluster_similarity_threshold, prefix="sem")
     run.facts.update(rows_by_id(facts, {m for c in clusters for m in c.members} - run.facts.keys()))
     for cluster in clusters:
@@ -564,6 +578,24 @@ def semantic_extraction(
     _mark_compressed(run, episodic.filter(episodic["live"]))
     works = [run.nodes[n] for n in sorted(run.nodes)]
     return _result_table(works, run.rejects, cfg), _intents(works, run)
+
+
+def _seeds(episodic: pa.Table, pairs: pa.Table, threshold: float, fading: pa.Array | None) -> pa.Table:
+    """The rows that may seed or reinforce a node: visible when the night starts (active, not superseded:
+    a row hidden before tonight never revives as knowledge), not in a contradiction (a replaced or disputed
+    fact never becomes knowledge), paired at the threshold, and knowledge rather than chit-chat
+    (`knowledge.carries_knowledge`, parsed only for the paired rows)."""
+    close = pairs.filter(pc.greater_equal(pairs["score"], threshold))
+    paired = pc.unique(pa.chunked_array([*close["left_id"].chunks, *close["right_id"].chunks], pa.string()))
+    visible = episodic["live"]
+    if fading is not None and len(fading):
+        unsuperseded = pc.is_null(episodic["superseded_by"])
+        visible = pc.or_(visible, pc.and_(unsuperseded, pc.is_in(episodic["id"], fading)))
+    rows = episodic.filter(
+        pc.and_(pc.and_(visible, pc.invert(episodic["contradicted"])), pc.is_in(episodic["id"], paired))
+    )
+    knowledge = [carries_knowledge(c) for c in rows["content"].to_pylist()]
+    return rows.filter(pa.array(knowledge, pa.bool_()))
 
 
 def _start_run(
@@ -688,13 +720,19 @@ def _create(
         reinforced_at=None,
         decayed_at=None,
         created_at=run.when,
-        representative=cluster.medoid_of(sources),
+        representative=_most_informative(cluster, sources, run),
     )
     work = _NodeWork(node_id, cluster.namespace, None, state, model, cluster_ids=[cluster.cluster_id])
     work.new_sources = sorted(sources)
     work.pending_dissent.update(dissent)
     run.nodes[node_id] = work
     run.claimed.update(sources)
+
+
+def _most_informative(cluster: CoherentCluster, sources: Sequence[str], run: _Run) -> str:
+    """The source that says the most (its text becomes the node's); the medoid's order breaks ties."""
+    central = sorted(sources, key=lambda i: (-sum(cluster.score(i, j) for j in sources if j != i), i))
+    return max(central, key=lambda i: informativeness(run.facts[i]["content"] or ""))
 
 
 def _maintain(work: _NodeWork, run: _Run) -> None:

@@ -6,6 +6,7 @@ import copy
 import datetime as dt
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from engram_pipelines import records
 from engram_pipelines.changes.compose import compose
 from engram_pipelines.config import Config
+from engram_pipelines.knowledge import carries_knowledge
 from engram_pipelines.pairs import vector_pairs
 from engram_pipelines.semantic import (
     NodeState,
@@ -53,7 +55,7 @@ def episode(
         metadata.setdefault("project_id", "p1")
     return {
         "id": memory_id,
-        "content": f"note {memory_id}",
+        "content": f"The team deploys the billing service from host-{memory_id}",
         "embedding": vector,
         "embedding_model": MODEL if vector is not None else None,
         "metadata": metadata,
@@ -193,9 +195,17 @@ def _apply_change(
 
 
 # -- semantic helpers ----------------------------------------------------------------------------------------
-def run(world: World, at: dt.datetime = AS_OF, config: Config | None = None) -> tuple[pa.Table, pa.Table]:
+def run(
+    world: World, at: dt.datetime = AS_OF, config: Config | None = None, fading: Sequence[str] = ()
+) -> tuple[pa.Table, pa.Table]:
     return semantic_extraction(
-        world.memories(), world.links_table(), world.pairs(), world.vectors(), config or Config(), at
+        world.memories(),
+        world.links_table(),
+        world.pairs(),
+        world.vectors(),
+        config or Config(),
+        at,
+        fading=pa.array(list(fading), pa.string()),
     )
 
 
@@ -262,7 +272,9 @@ def test_three_close_memories_from_three_conversations_give_one_corroborated_nod
     ]
     row = params_of(intents, "insert_memory", node_id)["row"]
     assert row["kind"] == "semantic" and row["tier"] == "ltm" and row["namespace"] == "ns1"
-    assert row["content"] == "note e1"  # the medoid (the middle vector)
+    assert (
+        row["content"] == "The team deploys the billing service from host-e1"
+    )  # the medoid (the middle vector)
     assert row["created_at"] == format_timestamp(AS_OF)
     s = row["metadata"]["semantic"]
     assert s["tier"] == "corroborated" and s["sources"] == ["e0", "e1", "e2"] and s["contexts"] == 3
@@ -281,7 +293,14 @@ def test_the_same_three_from_one_conversation_give_none():
     result, intents = run(world)
     assert intents.num_rows == 0
     assert result["action"].to_pylist() == ["reject"]
-    assert "variability 0.33" in result["reason"][0].as_py()
+    assert result["reason"][0].as_py() == "3 memories from one context"
+
+
+def test_two_from_one_conversation_give_none_though_their_ratio_is_half():
+    """2 rows in 1 conversation: variability 0.5 meets the threshold, but repetition needs distinct contexts."""
+    world = World(three_close(("c1", "c1", "c2"))[:2])
+    result, intents = run(world)
+    assert intents.num_rows == 0 and result["action"].to_pylist() == ["reject"]
 
 
 def test_memories_without_context_metadata_share_one_context():
@@ -419,7 +438,7 @@ def test_nothing_crosses_a_namespace():
         assert all(i.startswith("sem-") or {"ns1": "e", "ns2": "x"}[row["namespace"]] == i[0] for i in ids)
 
 
-def test_superseded_queued_and_non_episodic_rows_are_no_evidence_but_archived_rows_are():
+def test_superseded_queued_archived_contradicted_and_non_episodic_rows_never_seed_a_node():
     rows = three_close(("c1", "c2", "c3"))
     rows[2]["superseded_by"] = "e0"
     rows.append(episode("q", direction(2.0), "c4", zone="purge_queue"))
@@ -427,11 +446,22 @@ def test_superseded_queued_and_non_episodic_rows_are_no_evidence_but_archived_ro
     _, intents = run(World(rows))
     assert [o for o, _ in ops(intents)].count("insert_memory") == 1
     assert node_state(intents, node_id_for("ns1", ["e0", "e1"]))["sources"] == ["e0", "e1"]
-    # Archived rows are still evidence (as for the cascade): archiving them changes nothing here.
+    # A replaced, archived or disputed fact never becomes knowledge (on real data, nodes revived facts that
+    # were already replaced: "Maya lives in Boston" after she moved).
+    for change in ({"zone": "archived"}, {"metadata": {"contradictionWith": ["e0"]}}):
+        rows = three_close(("c1", "c2", "c3"))
+        rows[2].update(change)
+        _, intents = run(World(rows))
+        assert node_state(intents, node_id_for("ns1", ["e0", "e1"]))["sources"] == ["e0", "e1"], change
+    # A row that tonight's retention archives was visible when the night started: it still seeds (the node
+    # keeps what fades), unless it is superseded as well.
     rows = three_close(("c1", "c2", "c3"))
     rows[2]["zone"] = "archived"
-    _, intents = run(World(rows))
+    _, intents = run(World(rows), fading=["e2"])
     assert node_state(intents, node_id_for("ns1", ["e0", "e1", "e2"]))["sources"] == ["e0", "e1", "e2"]
+    rows[2]["superseded_by"] = "e0"
+    _, intents = run(World(rows), fading=["e2"])
+    assert node_state(intents, node_id_for("ns1", ["e0", "e1"]))["sources"] == ["e0", "e1"]
 
 
 def test_dissent_is_recorded_never_discarded():
@@ -543,3 +573,58 @@ def test_the_sources_of_a_hidden_node_stay_claimed():
     node_id = node_id_for("ns1", ["e0", "e1", "e2"])
     rows.append({**node_row(node_id, sources=["e0", "e1", "e2"], reinforcedAt=None), "zone": "archived"})
     assert run(World(rows))[1].num_rows == 0  # neither re-created nor maintained
+
+
+# -- knowledge, not chit-chat (real dialogue turns: 58% of the nodes built from them were pleasantries) -------
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Nate: No problem, Joanna! Always happy to share them with you.",
+        "John: Hey Tim",
+        "Deborah: Certainly! Here's the confirmation.",
+        "James: Thank you, John! Take care and see you soon!",
+        "Melanie: Hey Caroline! What's up with you lately? Anything new?",
+        "Jolene: Your events are awesome for helping people connect and learn!",
+        "Thanks!",
+        "Ann: Thanks! Your encouragement means a lot to me. I'm ready to keep pushing for my goals!",
+        "Ann: Yeah, it felt great being out there with my team.",
+        "Bob advised Ann to stay motivated and keep chasing her dreams.",
+    ],
+)
+def test_greetings_thanks_reactions_questions_and_farewells_are_chit_chat(text):
+    assert not carries_knowledge(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Caroline: I started playing acoustic guitar about five years ago; it helps me express myself.",
+        "John: Thanks! The Wolves are my favourite team and I watch every game.",
+        "Caroline attended an LGBTQ support group and found the stories inspiring.",
+        "Maya lives in Boston.",
+        "Bob: Hey Ann, long time no see! Guess what? I finally opened my own bike repair shop downtown!",
+        "Found some vintage lenses at the flea market in Lisbon.",
+    ],
+)
+def test_statements_of_fact_carry_knowledge(text):
+    assert carries_knowledge(text)
+
+
+def test_chit_chat_repeated_in_every_conversation_never_becomes_a_node():
+    rows = three_close(("c1", "c2", "c3"))
+    for row, text in zip(
+        rows, ("John: Hey Tim!", "John: Hey Tim, long time no talk!", "John: Bye, Tim!"), strict=True
+    ):
+        row["content"] = text
+    _, intents = run(World(rows))
+    assert intents.num_rows == 0
+
+
+def test_a_node_carries_the_text_of_its_most_informative_source():
+    rows = three_close(("c1", "c2", "c3"))
+    rows[0]["content"] = "Maya moved to Denver for a new job at a hospital near her sister"
+    rows[1]["content"] = "Maya moved to Denver for a new job"
+    rows[2]["content"] = "Maya moved to Denver"
+    _, intents = run(World(rows))
+    node_id = node_id_for("ns1", ["e0", "e1", "e2"])
+    assert params_of(intents, "insert_memory", node_id)["row"]["content"] == rows[0]["content"]
