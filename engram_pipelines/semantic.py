@@ -5,10 +5,10 @@ Deterministic, no LLM. One run, per namespace (nothing ever crosses one) and per
 1. **Clusters.** Episodic rows that may *seed* (`_seeds`), paired at >= `cluster_similarity_threshold`, form
    *coherent* clusters (`coherent_clusters`): centres are visited by degree, then summed similarity, then id; a
    centre takes its unassigned neighbours best-first, each only if it is at or above the threshold to every
-   member already taken (complete linkage, no chaining). A row seeds when it was visible as the night started
-   (active and not superseded, tonight's duplicate losers included; a row tonight's retention archives still
-   seeds: the node keeps what fades), is in no contradiction (a replaced or disputed fact never becomes
-   knowledge) and states knowledge rather than chit-chat (`knowledge.carries_knowledge`). A node's text is its
+   member already taken (complete linkage, no chaining). A row seeds when it was active as the night started
+   (a row tonight's retention archives still seeds: the node keeps what fades), is in no contradiction (a
+   replaced or disputed fact never becomes knowledge) and states knowledge rather than chit-chat
+   (`knowledge.carries_knowledge`); a row merged into a canonical still seeds (the canonical holds it). A node's text is its
    most informative source (`knowledge.informativeness`; the medoid's order breaks ties). Once a row is a
    source, archiving it changes nothing: archived sources stay evidence for the cascade.
 2. **Dissent first.** Members are taken most central first (summed similarity, then id); one that contradicts
@@ -24,8 +24,9 @@ Deterministic, no LLM. One run, per namespace (nothing ever crosses one) and per
    source has one). At >= `cluster_similarity_threshold` the best node is reinforced by the members that are
    not yet a source of any node. Otherwise a node is created from those unclaimed members, if they qualify on
    their own. A memory is the source of at most one node, so a rerun finds nothing new to count.
-5. **Maintain every node**, in this order: *cascade* (sources superseded, queued for purge or gone scale the
-   confidence by valid now / valid before, so the product over time is valid / total); *reinforcement*
+5. **Maintain every node**, in this order: *cascade* (sources replaced by a row that contradicts them, queued
+   for purge or gone scale the confidence by valid now / valid before, so the product over time is valid /
+   total; a source merged into its canonical stays evidence: the canonical says everything it says); *reinforcement*
    (per new source: confidence += (1 - c) x 0.1, probability += (1 - p) x 0.05; a node's state therefore does
    not depend on how its sources were batched); *anti-anchoring* (not reinforced for `stale_threshold_days`:
    confidence x `stale_decay_rate`, once per as-of instant); the *single-source ceiling* (one valid source or
@@ -480,8 +481,14 @@ class _Run:
         return format_timestamp(self.at)
 
     def is_valid_source(self, memory_id: str) -> bool:
+        """Not queued for purge, and not replaced: a row merged into a canonical (superseded by a row it does
+        not contradict) stays evidence, since the canonical says everything it says; a row superseded by a
+        contradicting one is lost. So tonight's gated merges, applied after the night, cascade nothing."""
         row = self.facts.get(memory_id)
-        return row is not None and row["superseded_by"] is None and row["zone"] != "purge_queue"
+        if row is None or row["zone"] == "purge_queue":
+            return False
+        by = row["superseded_by"]
+        return by is None or by not in self.partners.get(memory_id, ())
 
     def contexts(self, ids: Sequence[str]) -> int:
         return len({self.facts[i]["context"] for i in ids if i in self.facts})
@@ -567,7 +574,7 @@ def semantic_extraction(
     facts = memory_facts(memories)
     run = _start_run(facts, memories, links, vectors, cfg, at)
     episodic = facts.filter(pc.equal(facts["kind"], "episodic"))
-    candidates = _seeds(episodic, pairs, cfg.cluster_similarity_threshold, fading)
+    candidates = _seeds(episodic, pairs, cfg.cluster_similarity_threshold, fading, run.partners)
     clusters = coherent_clusters(pairs, candidates, cfg.cluster_similarity_threshold, prefix="sem")
     run.facts.update(rows_by_id(facts, {m for c in clusters for m in c.members} - run.facts.keys()))
     for cluster in clusters:
@@ -580,20 +587,32 @@ def semantic_extraction(
     return _result_table(works, run.rejects, cfg), _intents(works, run)
 
 
-def _seeds(episodic: pa.Table, pairs: pa.Table, threshold: float, fading: pa.Array | None) -> pa.Table:
-    """The rows that may seed or reinforce a node: visible when the night starts (active, not superseded:
-    a row hidden before tonight never revives as knowledge), not in a contradiction (a replaced or disputed
-    fact never becomes knowledge), paired at the threshold, and knowledge rather than chit-chat
-    (`knowledge.carries_knowledge`, parsed only for the paired rows)."""
+def _seeds(
+    episodic: pa.Table,
+    pairs: pa.Table,
+    threshold: float,
+    fading: pa.Array | None,
+    partners: dict[str, set[str]],
+) -> pa.Table:
+    """The rows that may seed or reinforce a node: active when the night starts (a row archived or queued
+    before tonight never revives as knowledge; one tonight's retention archives still seeds), neither
+    disputed (`contradictionWith`) nor replaced (superseded by one of its contradiction `partners`): such a
+    fact never becomes knowledge; paired at the threshold, and knowledge rather than
+    chit-chat (`knowledge.carries_knowledge`, parsed only for the paired rows). A row merged into a canonical
+    (superseded, not contradicted) still seeds: its canonical says everything it says, so whether tonight's
+    gated merges are approved before the next run changes no cluster."""
     close = pairs.filter(pc.greater_equal(pairs["score"], threshold))
     paired = pc.unique(pa.chunked_array([*close["left_id"].chunks, *close["right_id"].chunks], pa.string()))
-    visible = episodic["live"]
+    active = pc.equal(episodic["zone"], "active")
     if fading is not None and len(fading):
-        unsuperseded = pc.is_null(episodic["superseded_by"])
-        visible = pc.or_(visible, pc.and_(unsuperseded, pc.is_in(episodic["id"], fading)))
-    rows = episodic.filter(
-        pc.and_(pc.and_(visible, pc.invert(episodic["contradicted"])), pc.is_in(episodic["id"], paired))
+        active = pc.or_(active, pc.is_in(episodic["id"], fading))
+    superseded = episodic.filter(pc.is_valid(episodic["superseded_by"])).select(["id", "superseded_by"])
+    replaced = [r["id"] for r in superseded.to_pylist() if r["superseded_by"] in partners.get(r["id"], ())]
+    undisputed = pc.and_(
+        pc.invert(episodic["contradicted"]),
+        pc.invert(pc.is_in(episodic["id"], pa.array(replaced, pa.string()))),
     )
+    rows = episodic.filter(pc.and_(pc.and_(active, undisputed), pc.is_in(episodic["id"], paired)))
     knowledge = [carries_knowledge(c) for c in rows["content"].to_pylist()]
     return rows.filter(pa.array(knowledge, pa.bool_()))
 
