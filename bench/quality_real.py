@@ -588,11 +588,14 @@ class Ranking:
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def ranking_of(memories: pa.Table, embedder: Embedder, warehouse: Warehouse) -> Ranking:
-    """Recall contract rows (superseded_by IS NULL AND zone = 'active') with the product's vectors for them."""
-    visible = memories.filter(
-        pc.and_(pc.is_null(memories["superseded_by"]), pc.equal(memories["zone"], "active"))
-    )
+def recalled_ids(store: Store) -> pa.Array:
+    """The rows of the recall contract, read through the store's own view `recall_memories`."""
+    return pa.array([r[0] for r in store.query("SELECT id FROM recall_memories")], pa.string())
+
+
+def ranking_of(memories: pa.Table, recalled: pa.Array, embedder: Embedder, warehouse: Warehouse) -> Ranking:
+    """The recall contract's rows (`recalled`) with the product's vectors for them."""
+    visible = memories.filter(pc.is_in(memories["id"], recalled))
     vectors, _ = partition_vectors(visible.select(VECTOR_INPUT_COLUMNS), embedder, warehouse.root)
     matrix = np.asarray(vectors["vector"].combine_chunks().values.to_numpy(), dtype=np.float32).reshape(
         vectors.num_rows, -1
@@ -710,6 +713,7 @@ def run_corpus(
         imported = import_corpus(ws, rows, config)
         with ws.store() as store:
             before, _ = read_store(store, dim)
+            recalled_before = recalled_ids(store)
     with steps.step(f"{corpus}: nightly"):
         ws.run("nightly")
     with steps.step(f"{corpus}: consolidate"):
@@ -721,6 +725,7 @@ def run_corpus(
     with steps.step(f"{corpus}: read the final store and measure"):
         with ws.store() as store:
             memories, links = read_store(store, dim)
+            recalled = recalled_ids(store)
         con = connect(memories, links)
         pairs = data.pairs if corpus == "facts" else []
         nodes = semantic_nodes(con)
@@ -739,10 +744,18 @@ def run_corpus(
     with steps.step(f"{corpus}: QA evidence recall@{TOP_K} before and after"):
         holders = evidence_memories(corpus, data)
         qa_before = qa_metrics(
-            ranking_of(before, embedder, ws.warehouse), data.questions, question_vectors, holders, {}
+            ranking_of(before, recalled_before, embedder, ws.warehouse),
+            data.questions,
+            question_vectors,
+            holders,
+            {},
         )
         qa_after = qa_metrics(
-            ranking_of(memories, embedder, ws.warehouse), data.questions, question_vectors, holders, carriers
+            ranking_of(memories, recalled, embedder, ws.warehouse),
+            data.questions,
+            question_vectors,
+            holders,
+            carriers,
         )
     unlabelled = [
         {"id": n["label_key"], "node": n["id"], "text": n["content"]}

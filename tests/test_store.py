@@ -108,6 +108,32 @@ def test_recall_hides_superseded_and_archived_rows_which_a_zone_filter_reads_bac
         store.recall("ns1", zones=("deleted",))
 
 
+def test_recall_shows_a_semantic_node_and_not_the_source_whose_text_it_carries(store):
+    """A node takes its most informative source's text: recall shows that text once, as the node, while the
+    node is visible and both say the same; the source is never written to, and `get` still returns it."""
+    rows = [
+        memory(1, content="Maya lives in Boston"),
+        memory(2, content="Maya lives in Boston now"),
+        memory(3, content="Maya lives in Boston", kind="semantic", tier="ltm"),
+        memory(4, content="Maya lives in Boston"),  # the same text, but the node is not derived from it
+    ]
+    store.insert_memories(rows)
+    store.insert_links(
+        [{"namespace": "ns1", "src_id": "m3", "dst_id": d, "kind": "derived-from"} for d in ("m1", "m2")]
+    )
+    assert store.recall("ns1") == ["m2", "m3", "m4"]
+    assert store.recall("ns1", zones=("active", "archived")) == ["m2", "m3", "m4"]
+    assert store.get("m1")["content"] == "Maya lives in Boston"
+    # An agent's edit of the source brings it back; so does the node leaving recall.
+    store.update_memory("m1", 1, content="Maya lives in Boston's South End")
+    assert store.recall("ns1") == ["m1", "m2", "m3", "m4"]
+    store.update_memory("m1", 2, content="Maya lives in Boston")
+    assert store.recall("ns1") == ["m2", "m3", "m4"]
+    with store.write_transaction() as cur:
+        cur.execute("UPDATE memories SET zone = 'archived' WHERE id = 'm3'")
+    assert store.recall("ns1") == ["m1", "m2", "m4"]
+
+
 def test_streamed_batches_cover_every_row(store):
     store.insert_memories([memory(i) for i in range(25)])
     batches = list(store.iter_memory_batches(10, 384))

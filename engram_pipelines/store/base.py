@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from engram_pipelines import jsontext, records
 from engram_pipelines.progress import Progress
-from engram_pipelines.store.migrations import LATEST_VERSION, MIGRATIONS, Dialect
+from engram_pipelines.store.migrations import CARRIED_BY_A_NODE, LATEST_VERSION, MIGRATIONS, Dialect
 from engram_pipelines.timestamps import format_timestamp, utc_now
 
 
@@ -306,8 +306,9 @@ class Store(ABC):
         return out
 
     def recall(self, namespace: str, *, zones: Sequence[str] = ("active",)) -> list[str]:
-        """Ids visible to recall in a namespace. By default the recall contract's view (active, not superseded);
-        archived rows leave it but stay readable on request: `zones=("active", "archived")`."""
+        """Ids visible to recall in a namespace. By default the recall contract's view (active, not superseded,
+        not carried by a semantic node: `migrations.CARRIED_BY_A_NODE`); archived rows leave it but stay
+        readable on request: `zones=("active", "archived")`."""
         unknown = set(zones) - set(records.ZONES)
         if not zones or unknown:
             raise ValueError(f"zones must be some of {list(records.ZONES)}, got {list(zones)}")
@@ -316,8 +317,8 @@ class Store(ABC):
         else:
             marks = ", ".join("?" for _ in zones)
             rows = self.query(
-                "SELECT id FROM memories WHERE namespace = ? AND superseded_by IS NULL "
-                f"AND zone IN ({marks}) ORDER BY id",
+                "SELECT id FROM memories m WHERE namespace = ? AND superseded_by IS NULL "
+                f"AND zone IN ({marks}) AND NOT {CARRIED_BY_A_NODE} ORDER BY id",
                 [namespace, *zones],
             )
         return [r[0] for r in rows]

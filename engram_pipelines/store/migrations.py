@@ -248,6 +248,37 @@ def _ledger_by_target(dialect: Dialect) -> tuple[str, ...]:
     )
 
 
+# A row is carried by a semantic node when a visible node derived from it (a `derived-from` link node -> row)
+# holds its exact text: recall shows the node and not the same text twice. The node stands for the row only
+# while both say the same (an agent's edit of the row brings it back) and while the node is visible (a node
+# archived, superseded or removed brings its sources back). `m` is the recalled row. Part of migration 3: a
+# change is a new migration, never an edit of this text.
+CARRIED_BY_A_NODE = """EXISTS (
+    SELECT 1 FROM memory_links l JOIN memories n ON n.id = l.src_id
+    WHERE l.dst_id = m.id AND l.kind = 'derived-from'
+      AND n.kind = 'semantic' AND n.namespace = m.namespace AND n.content = m.content
+      AND n.superseded_by IS NULL AND n.zone = 'active' AND n.id <> m.id
+)"""
+
+
+def _recall_without_carried_rows() -> tuple[str, ...]:
+    """Version 3: the recall view leaves out a row whose exact text a visible semantic node carries.
+
+    A semantic node takes its most informative source's text, so recall showed that text twice, the node and
+    its source (LoCoMo dev facts: 12% of top-10 slots were such near-copies after a night). The row is not
+    changed or hidden by a write: the view reads the node's `derived-from` link, so nothing is lost and
+    nothing needs reverting.
+    """
+    return (
+        "DROP VIEW recall_memories",
+        f"""
+        CREATE VIEW recall_memories AS
+            SELECT * FROM memories m
+            WHERE m.superseded_by IS NULL AND m.zone = 'active' AND NOT {CARRIED_BY_A_NODE}
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1, "memories, links, audit log, change sets, ledger, recall view", _SQLITE_INITIAL, _POSTGRES_INITIAL
@@ -257,6 +288,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "ledger keyed by change set and target; audit log indexed by change set in write order",
         _ledger_by_target("sqlite"),
         _ledger_by_target("postgres"),
+    ),
+    Migration(
+        3,
+        "recall view leaves out a row whose exact text a visible semantic node derived from it carries",
+        _recall_without_carried_rows(),
+        _recall_without_carried_rows(),
     ),
 )
 
