@@ -223,7 +223,8 @@ def sharded_assets(shards: int) -> list[dg.AssetsDefinition]:
     description=(
         "Duplicate collapse (seed 000's write-time dedup, after the fact): pairs at or above "
         "similarity.duplicate_threshold (0.97, MEMORY_DUPLICATE_THRESHOLD) and exact-content twins collapse "
-        "into their canonical (highest importance, then most recent, then lowest id), which gets the tag union "
+        "into their canonical (the member that contains the others: most content words, then the longer text, "
+        "then highest importance, most recent, lowest id), which gets the tag union "
         "and a duplicateMatches annotation; the rest are superseded with a duplicate-of link. Class auto. "
         "Pairs whose numbers differ, of different kinds, or in a contradiction are never collapsed; semantic "
         "nodes and rows this run's retention moves out of Active take no part."
@@ -256,7 +257,9 @@ def duplicates(
     description=(
         "Corpus consolidation (seeds 000, 002): near-duplicates in [similarity.merge_threshold, "
         "similarity.duplicate_threshold) = [0.85, 0.97) grouped so that every loser is in the band to its "
-        "canonical and to every other loser (no single-link chains); canonical by importance, recency, id; tag "
+        "canonical and to every other loser (no single-link chains) and contained in its canonical (same "
+        "subject, names in order, 40% of its content words; no questions): a loser says nothing the canonical "
+        "lacks. Canonical: most content words, then the longer text, then importance, recency, id; tag "
         "union onto it; losers superseded with a reason, the score and a duplicate-of link. Excluded: superseded "
         "rows, rows in a contradiction, pinned rows and blocks as losers, different kinds, rows without a vector, "
         "pairs whose numbers differ, rows the duplicate collapse already took, semantic nodes (they dedupe "

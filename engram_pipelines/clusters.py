@@ -118,8 +118,8 @@ def band_pairs(
 
 
 def _eligibility(memories: pa.Table, excluded_ids: set[str], word_counts: pa.Table) -> pa.Table:
-    """Per row: its visiting order (`priority`: most content words first, then the seeds' order), its rank in
-    the seeds' order alone, and whether it may cluster and lose. `word_counts`: id, words (rows of the band)."""
+    """Per row: its visiting order (`priority`: most content words first, then the longer text, then the seeds'
+    order) and whether it may cluster and lose. `word_counts`: id, words (rows of the band)."""
     con = duckdb.connect()
     con.register("w", word_counts)
     con.register(
@@ -129,6 +129,7 @@ def _eligibility(memories: pa.Table, excluded_ids: set[str], word_counts: pa.Tab
                 "id",
                 "namespace",
                 "kind",
+                "content",
                 "importance",
                 "created_at",
                 "pinned",
@@ -142,9 +143,9 @@ def _eligibility(memories: pa.Table, excluded_ids: set[str], word_counts: pa.Tab
     table = con.sql(
         """
         SELECT id, namespace, tags,
-            row_number() OVER (ORDER BY coalesce(w.words, 0) DESC, importance DESC, created_at DESC, id) - 1
-                AS priority,
-            row_number() OVER (ORDER BY importance DESC, created_at DESC, id) - 1 AS seed_rank,
+            row_number() OVER (
+                ORDER BY coalesce(w.words, 0) DESC, length(content) DESC, importance DESC, created_at DESC, id
+            ) - 1 AS priority,
             -- Semantic nodes dedupe themselves (a cluster reinforces the nearest node instead of creating one)
             -- and carry their sources' state; a merge would orphan it.
             (zone = 'active' AND superseded_by IS NULL AND kind <> 'semantic'
@@ -221,18 +222,20 @@ def _graph(pairs: pa.Table, rows: pa.Table) -> _Graph:
     left_in_right = pairs["left_in_right"].to_numpy(zero_copy_only=False).astype(bool)
     right_in_left = pairs["right_in_left"].to_numpy(zero_copy_only=False).astype(bool)
     can_cluster = rows["can_cluster"].to_numpy(zero_copy_only=False)
-    seed = rows["seed_rank"].to_numpy(zero_copy_only=False)
     keep = can_cluster[left] & can_cluster[right]
     left, right, score = left[keep], right[keep], score[keep]
     left_in_right, right_in_left = left_in_right[keep], right_in_left[keep]
     src = np.concatenate([priority[left], priority[right]])
     dst = np.concatenate([priority[right], priority[left]])
     sim = np.concatenate([score, score])
+    # Two rows that contain each other (each covers enough of the other's words): the more informative one
+    # (more content words, then the longer text) keeps, and only the seeds' order parts two that say as much.
+    # On LoCoMo facts, the seeds' order alone hid the longer of two equal-word paraphrases twice in 14 merges.
     mutual = left_in_right & right_in_left
     absorbs = np.concatenate(
         [
-            right_in_left & (~mutual | (seed[right] > seed[left])),
-            left_in_right & (~mutual | (seed[left] > seed[right])),
+            right_in_left & (~mutual | (priority[right] > priority[left])),
+            left_in_right & (~mutual | (priority[left] > priority[right])),
         ]
     )
     order = np.lexsort((dst, src))

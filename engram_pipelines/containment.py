@@ -16,7 +16,8 @@ Each memory is reduced once to:
 `inner` is contained in `outer` when it has no more content words than outer and at least `min_coverage` of
 them are among outer's (the facts are paraphrases: "went to a pride parade" = "attended a pride parade"), every
 name of inner is in outer in the same order, both have the same subject, and neither is a question (unless their
-words are identical). Two rows with as many words contain each other: the seeds' order picks the one kept.
+words are identical). Of two rows that contain each other, the one with more content words, then the longer
+text, is kept (`clusters`); the seeds' order parts only rows that say as much.
 Numbers are checked apart (`clusters.band_pairs`: a changed value is not a duplicate).
 """
 

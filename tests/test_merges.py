@@ -241,6 +241,19 @@ def test_the_canonical_is_the_member_that_says_everything():
     assert merged_pairs_of([shorter + " in Boston", shorter + " with Melanie"]) == []
 
 
+def test_of_two_paraphrases_that_contain_each_other_the_longer_is_kept():
+    """Equal content words, each covering the other: the seeds' order (here the newer row) hid the longer,
+    more detailed paraphrase on real facts; the longer text is kept, the seeds' order parts only equals."""
+    longer = "Rosa is researching adoption agencies with the dream of having a family and a loving home for kids"
+    shorter = "Rosa sees adoption as a way to share her love and a safe loving home for kids"
+    assert is_contained(longer, shorter) and is_contained(shorter, longer)
+    memories = snapshot(
+        [{"content": longer, "created_at": days_ago(9)}, {"content": shorter, "created_at": days_ago(1)}]
+    )
+    result = consolidate(pairs_of([("m0", "m1", 0.9)]), memories, low=0.85, high=0.97, at=AS_OF)
+    assert [(c.canonical, [x for x, _ in c.losers]) for c in result.clusters] == [("m0", ["m1"])]
+
+
 def test_containment_in_sql_equals_the_plain_reference():
     texts = [
         "Jolene practices yoga and meditation to relax and stay focused.",
