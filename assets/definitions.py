@@ -7,6 +7,7 @@ import dagster as dg
 from assets import changes, contradictions, history, ingest, knowledge, lifecycle, reports, similarity
 from assets.executors import executor_for
 from assets.jobs import backfill_job, consolidate_job, nightly_job, schedules
+from assets.partitions import daily_from, first_as_of_day, with_partitions
 from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.config import load_config, store_url, warehouse_path
 
@@ -16,11 +17,12 @@ def build_definitions(
 ) -> dg.Definitions:
     config = load_config(config_path)
     modules = [ingest, lifecycle, similarity, contradictions, knowledge, changes, reports, history]
+    partitions_def = daily_from(first_as_of_day(config, store_url(store)))
     return dg.Definitions(
-        assets=[
-            *dg.load_assets_from_modules(modules),
-            *similarity.sharded_assets(config.execution.shard_count),
-        ],
+        assets=with_partitions(
+            [*dg.load_assets_from_modules(modules), *similarity.sharded_assets(config.execution.shard_count)],
+            partitions_def,
+        ),
         asset_checks=dg.load_asset_checks_from_modules(modules),
         jobs=[nightly_job, consolidate_job, backfill_job],
         executor=executor_for(config.execution),

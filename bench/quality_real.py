@@ -76,8 +76,6 @@ from engram_pipelines.store import Store, open_store  # noqa: E402
 from engram_pipelines.vectors import VECTOR_INPUT_COLUMNS, partition_vectors  # noqa: E402
 from engram_pipelines.warehouse import Warehouse  # noqa: E402
 
-# The run's as-of date: every corpus is shifted so that this is the day after its last session.
-AS_OF = dt.date(2026, 11, 1)
 TOP_K = 10
 NEAR_COPY = 0.95
 QA_CATEGORIES = (1, 2, 4)  # multi-hop, temporal, single-hop
@@ -192,10 +190,12 @@ def fact_memories(data: Locomo) -> list[dict[str, Any]]:
                 "importance": 0.5,
                 "created_at": session_time(o["session_date_time"]) + dt.timedelta(minutes=order),
                 "access_count": 3,
-                # the day before the as-of (late, so after every shifted created_at of the last session)
-                "last_accessed_at": dt.datetime.combine(AS_OF, dt.time(), dt.UTC) - dt.timedelta(minutes=1),
             }
         )
+    # Accessed late on the day before the as-of: after every created_at of the last session.
+    accessed = dt.datetime.combine(as_of_for(rows), dt.time(), dt.UTC) - dt.timedelta(minutes=1)
+    for row in rows:
+        row["last_accessed_at"] = accessed
     return rows
 
 
@@ -217,19 +217,10 @@ def turn_memories(data: Locomo) -> list[dict[str, Any]]:
     ]
 
 
-def shift_onto_as_of(rows: list[dict[str, Any]]) -> int:
-    """Shift every `created_at` by one whole number of days so that the last one falls on the day before AS_OF.
-
-    Why: the Dagster daily partitions start at assets/partitions.py AS_OF_START (2024-01-01) and LoCoMo's sessions
-    run from March 2022 to January 2024, so "a day after the last session" is refused for any conversation or data
-    half that ends before 2024; a fixed as-of also keeps every run comparable. One constant shift per corpus keeps
-    every interval (between memories, and up to the as-of) as it was. Returns the days shifted.
-    """
-    last = max(row["created_at"] for row in rows).date()
-    days = (AS_OF - dt.timedelta(days=1) - last).days
-    for row in rows:
-        row["created_at"] += dt.timedelta(days=days)
-    return days
+def as_of_for(rows: list[dict[str, Any]]) -> dt.date:
+    """The run's as-of date: the day after the corpus's last session (LoCoMo's run from 2022 to 2024; the
+    as-of partitions start at the store's earliest memory, so the corpus runs on its own dates)."""
+    return max(row["created_at"] for row in rows).date() + dt.timedelta(days=1)
 
 
 def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
@@ -264,6 +255,7 @@ class Workspace:
     root: Path
     config_path: str | None
     log_level: str
+    as_of: dt.date
 
     @property
     def store_url(self) -> str:
@@ -282,10 +274,10 @@ class Workspace:
             store.close()
 
     def run(self, job: str) -> dict[str, Any]:
-        """What `engram-pipelines run --job JOB --as-of AS_OF` runs, in-process."""
+        """What `engram-pipelines run --job JOB --as-of DATE` runs, in-process."""
         summary = execute_job(
             job,
-            AS_OF,
+            self.as_of,
             store=self.store_url,
             warehouse=str(self.warehouse.root),
             config_path=self.config_path,
@@ -300,7 +292,7 @@ class Workspace:
 
     def proposed(self, job: str) -> dict[str, str]:
         """The change sets (class -> id) the job's last run proposed."""
-        return self.warehouse.read_run_pointer(AS_OF, job)
+        return self.warehouse.read_run_pointer(self.as_of, job)
 
 
 def import_corpus(ws: Workspace, rows: list[dict[str, Any]], config: Config) -> int:
@@ -682,7 +674,7 @@ def qa_metrics(
 class CorpusResult:
     corpus: str
     memories: int
-    shift_days: int
+    as_of: str
     seconds: dict[str, float]
     applied: list[dict[str, Any]]
     second_night: dict[str, Any]
@@ -695,8 +687,13 @@ class CorpusResult:
     unlabelled: list[dict[str, str]] = field(default_factory=list)
 
 
+def corpus_rows(corpus: str, data: Locomo) -> list[dict[str, Any]]:
+    return fact_memories(data) if corpus == "facts" else turn_memories(data)
+
+
 def run_corpus(
     corpus: str,
+    rows: list[dict[str, Any]],
     data: Locomo,
     ws: Workspace,
     config: Config,
@@ -707,9 +704,7 @@ def run_corpus(
 ) -> CorpusResult:
     steps = Steps()
     dim = config.snapshot.embedding_dim
-    rows = fact_memories(data) if corpus == "facts" else turn_memories(data)
-    shift = shift_onto_as_of(rows)
-    with steps.step(f"{corpus}: import {len(rows):,} memories (shifted {shift:+,} days, as of {AS_OF})"):
+    with steps.step(f"{corpus}: import {len(rows):,} memories (as of {ws.as_of})"):
         imported = import_corpus(ws, rows, config)
         with ws.store() as store:
             before, _ = read_store(store, dim)
@@ -765,7 +760,7 @@ def run_corpus(
     return CorpusResult(
         corpus=corpus,
         memories=imported,
-        shift_days=shift,
+        as_of=ws.as_of.isoformat(),
         seconds=steps.seconds,
         applied=applied,
         second_night=again,
@@ -792,7 +787,7 @@ def fmt(value: Any) -> str:
 
 def print_result(r: CorpusResult) -> None:
     m, c, s, b, a = r.merges, r.contradictions, r.semantic, r.qa_before, r.qa_after
-    print(f"\n## {r.corpus}: {r.memories:,} memories, shifted {r.shift_days:+,} days, as of {AS_OF}\n")
+    print(f"\n## {r.corpus}: {r.memories:,} memories, as of {r.as_of}\n")
     print("| measure | value |")
     print("|---|---:|")
     table = [
@@ -871,7 +866,6 @@ def provenance(config: Config, embedder: Embedder) -> dict[str, Any]:
         return done.stdout.strip()
 
     return {
-        "as_of": AS_OF.isoformat(),
         "repo": str(REPO),
         "engram_pipelines": str(Path(engram_pipelines.__file__).parent),
         "commit": git("rev-parse", "--short", "HEAD"),
@@ -892,17 +886,19 @@ def warn_overrides(config_path: str | None) -> None:
 
 
 @contextmanager
-def workspace(keep: Path | None, corpus: str, config_path: str | None, log_level: str) -> Iterator[Workspace]:
+def workspace(
+    keep: Path | None, corpus: str, config_path: str | None, log_level: str, as_of: dt.date
+) -> Iterator[Workspace]:
     if keep is not None:
         root = keep / corpus
         if root.exists() and any(root.iterdir()):
             raise SystemExit(f"--keep: {root} is not empty (each run needs a fresh store)")
         root.mkdir(parents=True, exist_ok=True)
-        yield Workspace(root, config_path, log_level)
+        yield Workspace(root, config_path, log_level, as_of)
         return
     root = Path(tempfile.mkdtemp(prefix=f"engram-quality-real-{corpus}-"))
     try:
-        yield Workspace(root, config_path, log_level)
+        yield Workspace(root, config_path, log_level, as_of)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -938,9 +934,11 @@ def main() -> None:
     question_vectors = embed_in_batches(embedder, [q.text for q in data.questions])
     results = []
     for corpus in CORPORA if args.corpus == "both" else (args.corpus,):
-        with workspace(args.keep, corpus, args.config, "INFO" if args.verbose else "WARNING") as ws:
+        rows = corpus_rows(corpus, data)
+        level = "INFO" if args.verbose else "WARNING"
+        with workspace(args.keep, corpus, args.config, level, as_of_for(rows)) as ws:
             results.append(
-                run_corpus(corpus, data, ws, config, embedder, question_vectors, labels, args.sample)
+                run_corpus(corpus, rows, data, ws, config, embedder, question_vectors, labels, args.sample)
             )
     for result in results:
         print_result(result)

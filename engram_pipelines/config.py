@@ -8,6 +8,7 @@ validated once, at start, with an error that names the setting.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import fnmatch
 import math
 import os
@@ -391,6 +392,27 @@ class ScheduleConfig(_Section):
     """Hour (UTC) of the consolidate run."""
 
 
+class PartitionsConfig(_Section):
+    """The daily as-of partitions (UTC days) that runs, backfills and the UI offer."""
+
+    start: str = "auto"
+    """First as-of day: an ISO date (2023-01-01), or `auto`: the day of the earliest `created_at` in the store
+    when the code location loads (today for an empty or unreachable store), so a 2023 corpus can be run and
+    backfilled and the UI lists no empty years. Set a date to pin it (e.g. when the store is remote)."""
+
+    @field_validator("start")
+    @classmethod
+    def _start(cls, v: str) -> str:
+        if v != "auto":
+            try:
+                dt.date.fromisoformat(v)
+            except ValueError:
+                raise ValueError(
+                    f"partitions.start must be 'auto' or an ISO date (2023-01-01), got {v!r}"
+                ) from None
+        return v
+
+
 class NamespacePolicy(_Section):
     """Per-namespace overrides (exact name or glob) of the lifecycle sections."""
 
@@ -413,6 +435,7 @@ class Config(_Section):
     apply: ApplyConfig = Field(default_factory=ApplyConfig)
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
     schedules: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    partitions: PartitionsConfig = Field(default_factory=PartitionsConfig)
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
     namespaces: dict[str, NamespacePolicy] = Field(default_factory=dict)
 
@@ -446,7 +469,9 @@ class Config(_Section):
         import json
 
         return hashlib.sha256(
-            json.dumps(self.model_dump(mode="json", exclude={"execution"}), sort_keys=True).encode()
+            json.dumps(
+                self.model_dump(mode="json", exclude={"execution", "partitions"}), sort_keys=True
+            ).encode()
         ).hexdigest()[:16]
 
 

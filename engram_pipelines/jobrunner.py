@@ -69,6 +69,12 @@ def execute_job(
     location = importlib.import_module(module)
     defs = location.build_definitions(store=store, warehouse=warehouse, config_path=config_path)
     job_def = defs.resolve_job_def(job)
+    first = job_def.partitions_def.start.date() if job_def.partitions_def is not None else None
+    if first is not None and as_of < first:
+        raise ValueError(
+            f"as-of {as_of} is before the first as-of day {first} (the earliest memory's day, or "
+            "`partitions.start` in the config): nothing in the store existed then"
+        )
     started = time.perf_counter()
     # INFO keeps the steps' progress lines on the terminal without Dagster's per-event debug lines.
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}

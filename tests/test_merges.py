@@ -244,7 +244,9 @@ def test_the_canonical_is_the_member_that_says_everything():
 def test_of_two_paraphrases_that_contain_each_other_the_longer_is_kept():
     """Equal content words, each covering the other: the seeds' order (here the newer row) hid the longer,
     more detailed paraphrase on real facts; the longer text is kept, the seeds' order parts only equals."""
-    longer = "Rosa is researching adoption agencies with the dream of having a family and a loving home for kids"
+    longer = (
+        "Rosa is researching adoption agencies with the dream of having a family and a loving home for kids"
+    )
     shorter = "Rosa sees adoption as a way to share her love and a safe loving home for kids"
     assert is_contained(longer, shorter) and is_contained(shorter, longer)
     memories = snapshot(

@@ -208,14 +208,18 @@ def test_column_lineage_names_only_columns_the_upstream_assets_have(tmp_path: Pa
     assert sum(pairs["rows_by_method"].value.values()) > 0 and pairs["namespaces_reused"].value == 0
 
 
-def test_the_nightly_schedule_runs_the_utc_day_that_just_ended():
+def test_the_nightly_schedule_runs_the_utc_day_that_just_ended(tmp_path: Path):
     import datetime as dt
 
     import dagster as dg
 
     from assets.definitions import build_definitions
 
-    defs = build_definitions(store="sqlite:///:memory:", warehouse="/tmp/unused")
+    config = tmp_path / "engram.yaml"
+    config.write_text("partitions:\n  start: '2026-01-01'\n")  # an empty store would start them today
+    defs = build_definitions(
+        store="sqlite:///:memory:", warehouse=str(tmp_path / "wh"), config_path=str(config)
+    )
     for name in ("nightly_schedule", "consolidate_schedule"):
         schedule = defs.resolve_schedule_def(name)
         tick = dt.datetime(2026, 11, 30, 3, 0, tzinfo=dt.UTC)

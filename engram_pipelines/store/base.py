@@ -286,6 +286,11 @@ class Store(ABC):
             out[name] = self._decode_embedding(value) if name == "embedding" else self._from_db(name, value)
         return out
 
+    def earliest_created_at(self) -> dt.datetime | None:
+        """The oldest memory's `created_at` (None for an empty store): where the as-of partitions start."""
+        value = self.query("SELECT min(created_at) FROM memories")[0][0]
+        return self._from_db("created_at", value)
+
     # -- the agents' API -----------------------------------------------------------------------------------
     def get(self, memory_id: str) -> dict[str, Any] | None:
         """A memory by id, whatever its state (superseded and archived rows included)."""
