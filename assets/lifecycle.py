@@ -30,6 +30,7 @@ _LIFECYCLE_COLUMNS = [
     "zone",
     "zone_since",
     "superseded_by",
+    "metadata",
 ]
 
 # What a decay score is computed from, whichever policy a row gets (engram: cues, access, recency; halflife and
@@ -171,14 +172,27 @@ def promotions_asset(
 # Which rule moves a row: its zone and since when, a pin, an access since archiving, the deprecated tag, its
 # age and its decay score. The reason also says how long the row has been in its zone (zone_since, else
 # updated_at).
-_RULE_INPUTS = ["zone", "zone_since", "last_accessed_at", "pinned", "tags", "created_at"]
+_RULE_INPUTS = [
+    "zone",
+    "zone_since",
+    "last_accessed_at",
+    "access_count",
+    "pinned",
+    "tags",
+    "created_at",
+    "importance",
+    "metadata",  # a promotion's time restarts the clock
+]
 
 _RETENTION_LINEAGE: Lineage = {
     "id": {"memory_snapshot": ["id"]},
     "namespace": {"memory_snapshot": ["namespace"]},
     "from_zone": {"memory_snapshot": ["zone"]},
-    "to_zone": {"memory_snapshot": ["zone", "zone_since", "last_accessed_at", "pinned"]},
-    "rule": {"memory_snapshot": _RULE_INPUTS, "decay_scores": ["score"]},
+    "to_zone": {
+        "memory_snapshot": ["zone", "zone_since", "last_accessed_at", "pinned"],
+        "promotions": ["id"],
+    },
+    "rule": {"memory_snapshot": _RULE_INPUTS, "decay_scores": ["score"], "promotions": ["id"]},
     "reason": {"memory_snapshot": [*_RULE_INPUTS, "updated_at"], "decay_scores": ["score"]},
     "score": {"decay_scores": ["score"]},
 }
@@ -186,15 +200,18 @@ _RETENTION_LINEAGE: Lineage = {
 
 @dg.asset(
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", decay_scores_asset],
+    deps=["memory_snapshot", decay_scores_asset, promotions_asset],
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
     description=(
-        "Retention zones (seed 001): Active -> Archived (low decay score and old, unused past the archive age, "
-        "or tagged deprecated) -> PurgeQueue after the archive grace period -> purged after the purge grace "
-        "period (the apply keeps a pre-image so `engram-pipelines restore` brings a row back). Pinned rows, "
-        "blocks and superseded rows are exempt; archived rows accessed since come back. Per-namespace policies."
+        "Retention zones (seed 001): Active -> Archived (decay score < 0.15 and older than 30 days; or past the "
+        "archive age, never accessed and importance < 0.3; or tagged deprecated) -> PurgeQueue after the archive "
+        "grace period -> purged after the purge grace period (the apply keeps a pre-image so `engram-pipelines "
+        "restore` brings a row back). Importance >= retention.protect_importance (0.8) is never archived by age "
+        "or score alone; a row promoted tonight is not archived tonight and its age restarts at the promotion. "
+        "Pinned rows, blocks and superseded rows are exempt; archived rows accessed since come back. "
+        "Per-namespace policies."
     ),
 )
 def retention(
@@ -208,6 +225,7 @@ def retention(
         wh.read_table("decay_scores", as_of),
         config,
         end_of_day(as_of),
+        promoted=wh.read_table("promotions", as_of)["id"].combine_chunks(),
     )
     intents = retention_intents(moves)
     wh.write_table("retention", as_of, moves)

@@ -178,7 +178,11 @@ class RetentionConfig(_Section):
     archive_older_than_days: float = 30.0
     """...and older than this are archived."""
     archive_age_days: float = 30.0
-    """Rows older than this that were never accessed are archived (ARCHIVE_AGE is in seconds)."""
+    """Rows older than this that were never accessed are archived (ARCHIVE_AGE is in seconds)..."""
+    archive_max_importance: float = 0.3
+    """...when their importance is below this (seed 004's criteria are one rule)."""
+    protect_importance: float = 0.8
+    """A row of at least this importance is never archived by age or score alone (`deprecated` still archives)."""
     deprecated_tag: str = "deprecated"
     """Rows with this tag are archived."""
     archive_grace_days: float = 30.0
@@ -188,7 +192,8 @@ class RetentionConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> RetentionConfig:
-        _unit(self.archive_score_threshold, "retention.archive_score_threshold")
+        for name in ("archive_score_threshold", "archive_max_importance", "protect_importance"):
+            _unit(getattr(self, name), f"retention.{name}")
         for name in ("archive_older_than_days", "archive_age_days", "archive_grace_days", "purge_grace_days"):
             _positive_finite(getattr(self, name), f"retention.{name}")
         return self

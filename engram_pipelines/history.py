@@ -90,7 +90,7 @@ def backfill(
             pc.less(links["created_at"], pa.scalar(at, links.schema.field("created_at").type))
         )
         promoted = promotions(state, scores, day_links, config)
-        moves = retention_moves(state, scores, config, at)
+        moves = retention_moves(state, scores, config, at, promoted=promoted["id"].combine_chunks())
         day_pairs = pairs_as_of(pairs, state)
         leaving = leaving_active(moves)  # as the nightly merges do
         dup = collapse_duplicates(

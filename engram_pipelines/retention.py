@@ -1,7 +1,13 @@
 """Retention zones (seed 001): Active -> Archived -> PurgeQueue -> purged, each step with its grace period.
 
-- Active -> Archived: decay score below `archive_score_threshold` and older than `archive_older_than_days`;
-  or older than `archive_age_days` and never accessed; or tagged `deprecated`.
+- Active -> Archived, by one of three legs: decay score below `archive_score_threshold` and older than
+  `archive_older_than_days` (seed 000's prune, which archives and never deletes); or older than
+  `archive_age_days`, never accessed and of importance below `archive_max_importance` (seed 004's criteria,
+  read as one rule: its own sample report archives 3 of 1,247 memories); or tagged `deprecated`.
+- A row whose importance is at or above `protect_importance` is never archived by age or score alone (a
+  writer said it matters: "Tom is lactose intolerant", importance 0.8, was archived on day one).
+- Age runs from the latest of the row's creation and its promotions: a promotion restarts the clock. A row
+  tonight's promotions move is not archived tonight (one write never both promotes and archives a row).
 - Archived -> PurgeQueue: archived for longer than `archive_grace_days`.
 - PurgeQueue -> purged: queued for longer than `purge_grace_days`; the apply keeps a pre-image for `restore`.
 - Archived rows accessed since they were archived come back to Active (an access is a signal).
@@ -36,52 +42,73 @@ RETENTION_SCHEMA = pa.schema(
 def _group_sql(config: Config, group: str, as_of: dt.datetime) -> str:
     r = config.retention
     now = f"TIMESTAMPTZ '{as_of.isoformat()}'"
-    age = f"epoch({now} - m.created_at) / 86400.0"
-    in_zone = f"epoch({now} - coalesce(m.zone_since, m.updated_at)) / 86400.0"
+    # A promotion restarts the row's clock: the age the archive legs read runs from the latest of its creation
+    # and its promotions (tier or kind), so a row just promoted is not archived for its age the next night.
+    clock = """greatest(m.created_at,
+        coalesce(try_cast(json_extract_string(m.metadata, '$.promotion.at') AS TIMESTAMPTZ), m.created_at),
+        coalesce(try_cast(json_extract_string(m.metadata, '$.kindPromotion.at') AS TIMESTAMPTZ), m.created_at))"""
+    in_zone = f"epoch({now} - coalesce(zone_since, updated_at)) / 86400.0"
     deprecated = r.deprecated_tag.replace("'", "''")
     return f"""
-    SELECT m.id, m.namespace, m.zone AS from_zone,
+    WITH m AS (
+        SELECT m.*, s.score AS decay_score, epoch({now} - {clock}) / 86400.0 AS age,
+            list_contains(from_json(m.tags, '["VARCHAR"]'), '{deprecated}') AS deprecated,
+            -- A writer's high importance is never overruled by age or score alone (the deprecated tag still is).
+            m.importance < {r.protect_importance} AS unprotected,
+            p.id IS NOT NULL AS promoted
+        FROM memories m SEMI JOIN {group} g ON g.namespace = m.namespace
+        LEFT JOIN scores s USING (id)
+        LEFT JOIN promoted p USING (id)
+        WHERE m.kind <> 'block' AND m.superseded_by IS NULL
+    ),
+    legs AS (
+        SELECT *,
+            -- seed 000's prune, as an archive
+            unprotected AND decay_score < {r.archive_score_threshold} AND age > {r.archive_older_than_days}
+                AS low_score,
+            -- seed 004's criteria read as one rule: old, never accessed and unimportant
+            unprotected AND age > {r.archive_age_days} AND access_count = 0
+                AND importance < {r.archive_max_importance} AS unused,
+            -- One write never both promotes and archives a row: tonight's promotion wins.
+            zone = 'active' AND NOT promoted AS may_archive
+        FROM m
+    )
+    SELECT id, namespace, zone AS from_zone,
         CASE
-            WHEN m.pinned AND m.zone <> 'active' THEN 'active'
-            WHEN m.zone = 'archived' AND m.last_accessed_at > m.zone_since THEN 'active'
-            WHEN m.zone = 'active' THEN 'archived'
-            WHEN m.zone = 'archived' THEN 'purge_queue'
+            WHEN pinned AND zone <> 'active' THEN 'active'
+            WHEN zone = 'archived' AND last_accessed_at > zone_since THEN 'active'
+            WHEN zone = 'active' THEN 'archived'
+            WHEN zone = 'archived' THEN 'purge_queue'
             ELSE 'purged' END AS to_zone,
         CASE
-            WHEN m.pinned AND m.zone <> 'active' THEN 'pinned'
-            WHEN m.zone = 'archived' AND m.last_accessed_at > m.zone_since THEN 'accessed'
-            WHEN m.zone = 'active' AND list_contains(from_json(m.tags, '["VARCHAR"]'), '{deprecated}')
-                THEN 'deprecated'
-            WHEN m.zone = 'active' AND s.score < {r.archive_score_threshold}
-                 AND {age} > {r.archive_older_than_days} THEN 'low_score'
-            WHEN m.zone = 'active' THEN 'unused'
-            WHEN m.zone = 'archived' THEN 'archive_grace'
+            WHEN pinned AND zone <> 'active' THEN 'pinned'
+            WHEN zone = 'archived' AND last_accessed_at > zone_since THEN 'accessed'
+            WHEN zone = 'active' AND deprecated THEN 'deprecated'
+            WHEN zone = 'active' AND low_score THEN 'low_score'
+            WHEN zone = 'active' THEN 'unused'
+            WHEN zone = 'archived' THEN 'archive_grace'
             ELSE 'purge_grace' END AS rule,
         CASE
-            WHEN m.pinned AND m.zone <> 'active' THEN 'pinned: back to active'
-            WHEN m.zone = 'archived' AND m.last_accessed_at > m.zone_since THEN 'accessed since it was archived'
-            WHEN m.zone = 'active' AND list_contains(from_json(m.tags, '["VARCHAR"]'), '{deprecated}')
-                THEN 'tagged {deprecated}'
-            WHEN m.zone = 'active' AND s.score < {r.archive_score_threshold}
-                 AND {age} > {r.archive_older_than_days}
-                THEN 'score ' || round(s.score, 4) || ' < {r.archive_score_threshold} and ' || round({age}, 1)
+            WHEN pinned AND zone <> 'active' THEN 'pinned: back to active'
+            WHEN zone = 'archived' AND last_accessed_at > zone_since THEN 'accessed since it was archived'
+            WHEN zone = 'active' AND deprecated THEN 'tagged {deprecated}'
+            WHEN zone = 'active' AND low_score
+                THEN 'score ' || round(decay_score, 4) || ' < {r.archive_score_threshold} and ' || round(age, 1)
                      || ' days old (> {r.archive_older_than_days})'
-            WHEN m.zone = 'active' THEN 'never accessed in ' || round({age}, 1) || ' days (> {r.archive_age_days})'
-            WHEN m.zone = 'archived' THEN 'archived ' || round({in_zone}, 1) || ' days (> grace {r.archive_grace_days})'
-            ELSE 'queued ' || round({in_zone}, 1) || ' days (> grace {r.purge_grace_days})' END AS reason,
-        s.score
-    FROM memories m SEMI JOIN {group} g ON g.namespace = m.namespace
-    LEFT JOIN scores s USING (id)
-    WHERE m.kind <> 'block' AND m.superseded_by IS NULL AND (
-        (m.pinned AND m.zone <> 'active')
-        OR (NOT m.pinned AND (
-            (m.zone = 'archived' AND m.last_accessed_at > m.zone_since)
-            OR (m.zone = 'active' AND (
-                list_contains(from_json(m.tags, '["VARCHAR"]'), '{deprecated}')
-                OR (s.score < {r.archive_score_threshold} AND {age} > {r.archive_older_than_days})
-                OR ({age} > {r.archive_age_days} AND m.access_count = 0)))
-            OR (m.zone = 'archived' AND {in_zone} > {r.archive_grace_days})
-            OR (m.zone = 'purge_queue' AND {in_zone} > {r.purge_grace_days}))))
+            WHEN zone = 'active' THEN 'never accessed in ' || round(age, 1) || ' days (> {r.archive_age_days}), '
+                || 'importance ' || round(importance, 3) || ' < {r.archive_max_importance}'
+            WHEN zone = 'archived' THEN 'archived ' || round({in_zone}, 1)
+                || ' days (> grace {r.archive_grace_days})'
+            ELSE 'queued ' || round({in_zone}, 1) || ' days (> grace {r.purge_grace_days})'
+            END AS reason,
+        decay_score AS score
+    FROM legs
+    WHERE (pinned AND zone <> 'active')
+        OR (NOT pinned AND (
+            (zone = 'archived' AND last_accessed_at > zone_since)
+            OR (may_archive AND (deprecated OR low_score OR unused))
+            OR (zone = 'archived' AND {in_zone} > {r.archive_grace_days})
+            OR (zone = 'purge_queue' AND {in_zone} > {r.purge_grace_days})))
     """
 
 
@@ -92,8 +119,15 @@ def leaving_active(moves: pa.Table) -> frozenset[str]:
     return frozenset(moves.filter(leaving)["id"].to_pylist())
 
 
-def retention_moves(memories: pa.Table, scores: pa.Table, config: Config, as_of: dt.datetime) -> pa.Table:
-    """Every zone transition due as of `as_of`, with its rule and reason."""
+def retention_moves(
+    memories: pa.Table,
+    scores: pa.Table,
+    config: Config,
+    as_of: dt.datetime,
+    promoted: pa.Array | None = None,
+) -> pa.Table:
+    """Every zone transition due as of `as_of`, with its rule and reason; `promoted`: the ids tonight's
+    promotions move (never archived in the same night)."""
     con = duckdb.connect()
     con.register(
         "memories",
@@ -111,10 +145,15 @@ def retention_moves(memories: pa.Table, scores: pa.Table, config: Config, as_of:
                 "pinned",
                 "tags",
                 "superseded_by",
+                "importance",
+                "metadata",
             ]
         ),
     )
     con.register("scores", scores.select(["id", "score"]))
+    con.register(
+        "promoted", pa.table({"id": promoted if promoted is not None else pa.array([], pa.string())})
+    )
     namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories").fetchall()]
     parts = []
     for index, (effective, group) in enumerate(config.namespace_groups(namespaces, "retention")):

@@ -9,6 +9,7 @@ from engram_pipelines.config import Config
 from engram_pipelines.decay import decay_scores
 from engram_pipelines.promotion import promotion_intents, promotions
 from engram_pipelines.retention import retention_intents, retention_moves
+from engram_pipelines.timestamps import format_timestamp
 from tests.lifecycle_helpers import AS_OF, days_ago, snapshot
 
 
@@ -89,6 +90,44 @@ def _moves(rows, config=None):
     return {r["id"]: r for r in table.to_pylist()}
 
 
+def test_seed_004s_criteria_are_one_rule_and_a_writers_high_importance_is_kept():
+    """On a hand-made history, 63% was archived on a first night; "Tom is lactose intolerant" (importance 0.8)
+    on day one, by its decay score alone."""
+    got = _moves(
+        [
+            {
+                "created_at": days_ago(58),
+                "importance": 0.5,
+            },  # never accessed, but not unimportant: no `unused`
+            {"created_at": days_ago(58), "importance": 0.8, "content": "Tom is lactose intolerant"},
+            {"created_at": days_ago(58), "importance": 0.8, "tags": ["deprecated"]},  # the tag still archives
+            {"created_at": days_ago(58), "importance": 0.2},
+        ],
+        Config.model_validate({"decay": {"policy": "halflife"}}),
+    )
+    assert {k: v["rule"] for k, v in got.items()} == {
+        "m0": "low_score",
+        "m2": "deprecated",
+        "m3": "low_score",
+    }
+    got = _moves(
+        [{"created_at": days_ago(58), "importance": 0.5}],
+        Config.model_validate({"retention": {"archive_score_threshold": 0.0}}),
+    )
+    assert got == {}  # by age alone: importance 0.5 >= 0.3
+
+
+def test_a_promotion_wins_over_an_archive_and_restarts_the_clock():
+    old = {"created_at": days_ago(58), "importance": 0.2, "tier": "ltm"}
+    promoted_today = {**old, "metadata": {"promotion": {"to": "ltm", "at": format_timestamp(days_ago(1))}}}
+    config = Config.model_validate({"decay": {"policy": "halflife"}})
+    memories = snapshot([old, promoted_today, old])
+    scores = decay_scores(memories, config, AS_OF)
+    table = retention_moves(memories, scores, config, AS_OF, promoted=pa.array(["m2"]))
+    # m1's age runs from its promotion (1 day): neither leg holds; m2 is promoted tonight: never both.
+    assert table["id"].to_pylist() == ["m0"]
+
+
 def test_zone_transitions_and_grace_periods():
     got = _moves(
         [
@@ -97,7 +136,11 @@ def test_zone_transitions_and_grace_periods():
                 "access_count": 1,
                 "last_accessed_at": days_ago(40),
             },  # low score, old
-            {"created_at": days_ago(31), "content": "decision on the incident before the release"},  # unused
+            {  # unused: old, never accessed, unimportant
+                "created_at": days_ago(31),
+                "content": "decision on the incident before the release",
+                "importance": 0.2,
+            },
             {"created_at": days_ago(1), "tags": ["deprecated"]},
             {"zone": "archived", "zone_since": days_ago(31), "created_at": days_ago(90)},
             {"zone": "archived", "zone_since": days_ago(5), "created_at": days_ago(90)},
