@@ -107,31 +107,36 @@ def change_set(
     as_of = as_of_date(context)
     wh = warehouse.get()
     with store.open() as live:
-        sets = propose_change_sets(
+        sets, held = propose_change_sets(
             live,
             wh,
             as_of,
             job=_job(context),
             sources=ANALYSIS_SOURCES,
             config_fingerprint=config.fingerprint(),
+            review=config.review,
         )
         history = live.list_change_sets()
     wh.write_run_pointer(as_of, _job(context), {klass: rec.change_set_id for klass, (rec, _) in sets.items()})
-    auto_table = sets["auto"][1]
-    gated_table = sets["gated"][1]
+    auto_table, gated_table, held_table = (sets[k][1] for k in ("auto", "gated", "held"))
     for klass, (record, _) in sets.items():
         context.log.info(
             f"{klass} change set {record.change_set_id}: {record.total} changes {record.counts['by_op']}"
         )
-    both = pa.concat_tables([auto_table, gated_table])
+    for entry in held:
+        context.log.warning(f"volume guard: {entry['message']} in {sets['held'][0].change_set_id}")
+    both = pa.concat_tables([auto_table, gated_table, held_table])
     return dg.MaterializeResult(
         metadata={
             **standard(CHANGE_SCHEMA, both.num_rows),
             "dagster/column_lineage": column_lineage(_CHANGE_SET_LINEAGE),
             "auto_change_set": sets["auto"][0].change_set_id,
             "gated_change_set": sets["gated"][0].change_set_id,
+            "held_change_set": sets["held"][0].change_set_id,
             "auto_changes": auto_table.num_rows,
             "gated_changes": gated_table.num_rows,
+            "held_changes": held_table.num_rows,
+            "held_for_review": dg.MetadataValue.json(held),
             "by_op": dg.MetadataValue.json({k: rec.counts["by_op"] for k, (rec, _) in sets.items()}),
             "sample": sample_markdown(both, ["review_class", "namespace", "target_id", "op", "reason"]),
             "changes_by_namespace": dg.MetadataValue.md(
@@ -178,47 +183,6 @@ def _result(violations: list[dict[str, str]], what: str) -> dg.AssetCheckResult:
     )
 
 
-@dg.asset_check(
-    asset=change_set,
-    blocking=True,
-    partitions_def=as_of_partitions,
-    description="No change hides or deletes a pinned row or a block.",
-)
-def no_destructive_op_on_pinned(
-    context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
-) -> dg.AssetCheckResult:
-    changes, memories = _tables(context, store, warehouse)
-    return _result(
-        [v for t in changes for v in destructive_on_pinned(t, memories)], "destructive ops on pinned rows"
-    )
-
-
-@dg.asset_check(
-    asset=change_set,
-    blocking=True,
-    partitions_def=as_of_partitions,
-    description="No change, link or reference crosses a namespace.",
-)
-def nothing_across_namespaces(
-    context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
-) -> dg.AssetCheckResult:
-    changes, memories = _tables(context, store, warehouse)
-    return _result([v for t in changes for v in crosses_namespace(t, memories)], "cross-namespace references")
-
-
-@dg.asset_check(
-    asset=change_set,
-    blocking=True,
-    partitions_def=as_of_partitions,
-    description="Each row is written at most once per change set.",
-)
-def one_write_per_row(
-    context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
-) -> dg.AssetCheckResult:
-    changes, _ = _tables(context, store, warehouse)
-    return _result([v for t in changes for v in several_writes_per_row(t)], "rows written more than once")
-
-
 # The live store's memory columns an apply may write. A write is the change's patch, or, when the row moved on
 # since the snapshot, its intents folded again into the fresh row.
 _WRITTEN = pa.schema([f for f in records.MEMORY_FIELDS if f.name in records.WRITABLE_COLUMNS])
@@ -251,11 +215,12 @@ def applied_changes(
     pointer = warehouse.get().read_run_pointer(as_of_date(context), _job(context))
     results = {}
     with store.open() as live:
-        for klass in ("auto", "gated"):
+        for klass in ("auto", "gated", "held"):
             change_set_id = pointer[klass]
-            if klass == "gated":
+            if klass != "auto":
                 record = find_change_set(live, change_set_id)
-                if not config.review.auto_approve_gated or record.status != "proposed":
+                # What the volume guard held waits for a person, whatever review.auto_approve_gated says.
+                if klass == "held" or not config.review.auto_approve_gated or record.status != "proposed":
                     context.log.info(
                         f"gated change set {change_set_id} waits for review ({record.total} changes)"
                     )
@@ -287,29 +252,108 @@ def applied_changes(
     )
 
 
-@dg.asset_check(
-    asset=applied_changes,
-    blocking=True,
-    partitions_def=as_of_partitions,
-    description="applied + skipped_concurrent_edit + ineligible = total, from the ledger.",
-)
-def apply_accounting_closes(
-    context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
-) -> dg.AssetCheckResult:
-    pointer = warehouse.get().read_run_pointer(as_of_date(context), _job(context))
-    with store.open() as live:
-        record, table = load_change_set(live, pointer["auto"], ["change_id"])
-        ledger = live.ledger(record.change_set_id)
-    outcomes: dict[str, int] = {}
-    for change_id in table.column("change_id").to_pylist():
-        outcome = ledger.get(change_id, ("missing", None))[0]
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    closed = (
-        sum(outcomes.get(k, 0) for k in ("applied", "skipped_concurrent_edit", "ineligible"))
-        == table.num_rows
+def asset_checks(partitions_def: dg.PartitionsDefinition) -> list[dg.AssetChecksDefinition]:
+    """The change sets' and the apply's checks, on the code location's partitions (`build_definitions`): a
+    check's partitions are fixed when it is decorated, so they are made here rather than at import."""
+
+    @dg.asset_check(
+        asset=change_set,
+        blocking=True,
+        partitions_def=partitions_def,
+        description="No change hides or deletes a pinned row or a block.",
     )
-    return dg.AssetCheckResult(
-        passed=closed,
-        metadata={"total": table.num_rows, **{k: v for k, v in outcomes.items()}},
-        description=f"outcomes {outcomes} for {table.num_rows} changes",
+    def no_destructive_op_on_pinned(
+        context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
+    ) -> dg.AssetCheckResult:
+        changes, memories = _tables(context, store, warehouse)
+        return _result(
+            [v for t in changes for v in destructive_on_pinned(t, memories)], "destructive ops on pinned rows"
+        )
+
+    @dg.asset_check(
+        asset=change_set,
+        blocking=True,
+        partitions_def=partitions_def,
+        description="No change, link or reference crosses a namespace.",
     )
+    def nothing_across_namespaces(
+        context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
+    ) -> dg.AssetCheckResult:
+        changes, memories = _tables(context, store, warehouse)
+        return _result(
+            [v for t in changes for v in crosses_namespace(t, memories)], "cross-namespace references"
+        )
+
+    @dg.asset_check(
+        asset=change_set,
+        blocking=True,
+        partitions_def=partitions_def,
+        description="Each row is written at most once per change set.",
+    )
+    def one_write_per_row(
+        context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
+    ) -> dg.AssetCheckResult:
+        changes, _ = _tables(context, store, warehouse)
+        return _result([v for t in changes for v in several_writes_per_row(t)], "rows written more than once")
+
+    @dg.asset_check(
+        asset=applied_changes,
+        blocking=True,
+        partitions_def=partitions_def,
+        description="applied + skipped_concurrent_edit + ineligible = total, from the ledger.",
+    )
+    def apply_accounting_closes(
+        context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
+    ) -> dg.AssetCheckResult:
+        pointer = warehouse.get().read_run_pointer(as_of_date(context), _job(context))
+        with store.open() as live:
+            record, table = load_change_set(live, pointer["auto"], ["change_id"])
+            ledger = live.ledger(record.change_set_id)
+        outcomes: dict[str, int] = {}
+        for change_id in table.column("change_id").to_pylist():
+            outcome = ledger.get(change_id, ("missing", None))[0]
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        closed = (
+            sum(outcomes.get(k, 0) for k in ("applied", "skipped_concurrent_edit", "ineligible"))
+            == table.num_rows
+        )
+        return dg.AssetCheckResult(
+            passed=closed,
+            metadata={"total": table.num_rows, **{k: v for k, v in outcomes.items()}},
+            description=f"outcomes {outcomes} for {table.num_rows} changes",
+        )
+
+    @dg.asset_check(
+        asset=change_set,
+        blocking=False,
+        partitions_def=partitions_def,
+        description=(
+            "The volume guard: warns when a namespace's auto changes would have hidden more than "
+            "review.max_hidden_fraction of its visible memories (or the night passed review.max_auto_changes) "
+            "and were moved to the night's `held` change set, which waits for review."
+        ),
+    )
+    def volume_guard(
+        context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
+    ) -> dg.AssetCheckResult:
+        pointer = warehouse.get().read_run_pointer(as_of_date(context), _job(context))
+        with store.open() as live:
+            record = find_change_set(live, pointer["held"])
+        held = record.counts.get("held_for_review", [])
+        return dg.AssetCheckResult(
+            passed=not held,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                "held_for_review": dg.MetadataValue.json(held),
+                "held_change_set": record.change_set_id,
+            },
+            description="; ".join(h["message"] for h in held) if held else "nothing held for review",
+        )
+
+    return [
+        no_destructive_op_on_pinned,
+        nothing_across_namespaces,
+        one_write_per_row,
+        apply_accounting_closes,
+        volume_guard,
+    ]

@@ -23,7 +23,7 @@ def build_definitions(
             [*dg.load_assets_from_modules(modules), *similarity.sharded_assets(config.execution.shard_count)],
             partitions_def,
         ),
-        asset_checks=dg.load_asset_checks_from_modules(modules),
+        asset_checks=[*dg.load_asset_checks_from_modules(modules), *changes.asset_checks(partitions_def)],
         jobs=[nightly_job, consolidate_job, backfill_job],
         executor=executor_for(config.execution),
         schedules=schedules(config),

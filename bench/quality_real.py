@@ -313,7 +313,9 @@ def import_corpus(ws: Workspace, rows: list[dict[str, Any]], config: Config) -> 
 
 
 def apply_every_proposed(ws: Workspace, config: Config) -> list[dict[str, Any]]:
-    """`changes list`, then `approve` (gated sets) and `apply` for every proposed set, oldest first."""
+    """`changes list`, then `approve` (gated sets) and `apply` for every proposed set, oldest first; a set the
+    volume guard held (`held`: a night that would hide much of a conversation) is left waiting, as a reviewer
+    who reads "night would hide 95% of conv-26" would leave it."""
     results = []
     with ws.store() as store:
         pending = sorted(
@@ -321,6 +323,12 @@ def apply_every_proposed(ws: Workspace, config: Config) -> list[dict[str, Any]]:
             key=lambda r: (r.created_at, r.change_set_id),
         )
         for record in pending:
+            if record.review_class == "held":
+                held = record.counts.get("held_for_review", [])
+                results.append(
+                    {"job": record.job, "class": "held", "total": record.total, "not_approved": held}
+                )
+                continue
             if record.review_class == "gated":
                 approve_change_set(store, record.change_set_id, actor="bench:quality_real")
             result = apply_change_set(
@@ -344,6 +352,8 @@ def second_night(ws: Workspace) -> dict[str, Any]:
             for klass, change_set_id in sets.items():
                 _, table = load_change_set(store, change_set_id)
                 per_set[f"{job}/{klass}"] = {"change_set_id": change_set_id, "changes": table.num_rows}
+                if klass == "held":  # the first night's held set, proposed again while it waits: nothing new
+                    continue
                 change_ids.update(table.column("change_id").to_pylist())
                 for source, ops in ops_by(table, "source").items():
                     by_source.setdefault(source, Counter()).update(ops)
@@ -836,8 +846,12 @@ def print_result(r: CorpusResult) -> None:
             f"{x['job']}/{x['class']} {x['change_set_id']}: {x['applied']} applied, "
             f"{x['skipped_concurrent_edit']} skipped, {x['ineligible']} ineligible of {x['total']}"
             for x in r.applied
+            if x["class"] != "held"
         )
     )
+    for x in r.applied:
+        for held in x.get("not_approved", []):
+            print(f"left for review ({x['job']}/held, {x['total']} changes): {held['message']}")
     sets = r.second_night["per_set"]
     print("second night: " + ", ".join(f"{k} {v['changes']}" for k, v in sets.items()))
     for source, ops in r.second_night["by_source_op"].items():

@@ -398,11 +398,19 @@ def print_summary(summary: dict[str, Any]) -> None:
     table = Table(show_header=True, header_style="bold")
     table.add_column("step")
     table.add_column("result")
+    held: list[dict[str, Any]] = []
     for step, info in summary["steps"].items():
-        table.add_row(step, ", ".join(f"{k}={v}" for k, v in info.items()))
+        held += info.get("held_for_review") or []
+        table.add_row(step, ", ".join(f"{k}={v}" for k, v in info.items() if k != "held_for_review"))
     console.print(table)
+    held_set = summary["steps"].get("change_set", {}).get("held_change_set", "the held set")
+    for entry in held:
+        console.print(f"[yellow]volume guard:[/] {entry['message']} in {held_set}")
+    warnings = summary.get("warnings", {})
     for check, passed in summary.get("checks", {}).items():
-        mark = "[green]passed[/]" if passed else "[red]FAILED[/]"
+        mark = (
+            "[green]passed[/]" if passed else "[yellow]warning[/]" if check in warnings else "[red]FAILED[/]"
+        )
         console.print(f"  check {check}: {mark}")
     if summary.get("report_path"):
         console.print(f"health report: {summary['report_path']}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,13 +26,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.containment import DEFAULT_MIN_COVERAGE, containment_features, directed_pairs
-
-# Numbers in digits, and in words: "Nate won his fourth tournament" is another event than "won a big tournament".
-_NUMBER = re.compile(
-    r"\d+(?:[.,:]\d+)*|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|hundred|"
-    r"thousand|million|first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|once|twice|dozen)\b",
-    re.IGNORECASE,
+from engram_pipelines.containment import (
+    DEFAULT_MIN_COVERAGE,
+    containment_features,
+    directed_pairs,
+    numbers_of,
 )
 
 
@@ -65,10 +62,6 @@ CLUSTER_SCHEMA = pa.schema(
         pa.field("tag_union", pa.string(), nullable=False),  # JSON list
     ]
 )
-
-
-def numbers_of(contents: list[str]) -> list[tuple[str, ...]]:
-    return [tuple(sorted(n.lower() for n in _NUMBER.findall(c))) for c in contents]
 
 
 def band_pairs(

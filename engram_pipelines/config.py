@@ -340,6 +340,16 @@ class ReviewConfig(_Section):
 
     auto_approve_gated: bool = False
     """Opt in: the nightly job approves and applies the gated change set too (seed 000: off)."""
+    max_hidden_fraction: float = 0.2
+    """The volume guard: a namespace's auto changes that would hide (archive, queue, supersede) more than this
+    share of its visible memories in one night move to the gated set, held for review."""
+    max_auto_changes: int = Field(0, ge=0)
+    """A night with more auto changes than this moves them all to the gated set (0: no ceiling)."""
+
+    @field_validator("max_hidden_fraction")
+    @classmethod
+    def _fraction(cls, v: float) -> float:
+        return _unit(v, "review.max_hidden_fraction")
 
 
 class ApplyConfig(_Section):

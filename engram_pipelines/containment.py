@@ -170,6 +170,20 @@ def stem(word: str) -> str:
     return word
 
 
+# Numbers in digits, and in words: "Nate won his fourth tournament" is another event than "won a big tournament".
+_NUMBER = re.compile(
+    r"\d+(?:[.,:]\d+)*|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|hundred|"
+    r"thousand|million|first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|once|twice|dozen)\b",
+    re.IGNORECASE,
+)
+
+
+def numbers_of(contents: Sequence[str]) -> list[tuple[str, ...]]:
+    """Each text's numbers (digits and number words), sorted: two rows whose numbers differ state different
+    values or events."""
+    return [tuple(sorted(n.lower() for n in _NUMBER.findall(c))) for c in contents]
+
+
 def memory_terms(content: str) -> tuple[list[str], list[str], str | None, bool]:
     """(words, names, subject, question) of one memory; see the module docstring."""
     tokens = _WORD.findall(content or "")
@@ -245,6 +259,38 @@ def directed_pairs(pairs: pa.Table, features: pa.Table, min_coverage: float) -> 
                 FROM p JOIN f a ON a.id = p.left_id JOIN f b ON b.id = p.right_id
             ) WHERE left_in_right OR right_in_left
             ORDER BY left_id, right_id
+            """
+        ).to_arrow_table()
+    finally:
+        con.close()
+
+
+def same_fact_pairs(pairs: pa.Table, ids: Sequence[str], contents: Sequence[str]) -> pa.Table:
+    """The `pairs` (left_id, right_id, ...) whose two rows may repeat one fact, for a semantic node: the same
+    numbers, and each row's names (but a leading one, which may be any capitalised word opening a sentence:
+    "Again", "Another") among the other's names. "Maya's phone number is 617-555-0142" and "... is
+    720-555-0199", "Maya lives in Boston" and "Maya's sister Ana lives in Denver", "Tom uses vim" and "Tom
+    switched his editor to VS Code" are related, not a repetition: on a hand-made history each became a node.
+    `ids` / `contents`: the rows the pairs name."""
+    terms = [memory_terms(c) for c in contents]
+    features = pa.table(
+        {
+            "id": pa.array(list(ids), pa.string()),
+            "names": pa.array([t[1] for t in terms], pa.list_(pa.string())),
+            # Every name but the subject (a name opening the text: the subject or just a capitalised word).
+            "tail": pa.array([[n for n in t[1] if n != t[2]] for t in terms], pa.list_(pa.string())),
+            "numbers": pa.array([list(n) for n in numbers_of(contents)], pa.list_(pa.string())),
+        }
+    )
+    con = duckdb.connect()
+    try:
+        con.register("p", pairs)
+        con.register("f", features)
+        return con.sql(
+            """
+            SELECT p.* FROM p JOIN f a ON a.id = p.left_id JOIN f b ON b.id = p.right_id
+            WHERE a.numbers = b.numbers AND list_has_all(b.names, a.tail) AND list_has_all(a.names, b.tail)
+            ORDER BY p.left_id, p.right_id
             """
         ).to_arrow_table()
     finally:

@@ -122,13 +122,20 @@ class HealthReport:
 
     def recommendations(self) -> list[str]:
         advice = list(self.notes)
+        held_set = self.changes.get("held", {})
+        for held in held_set.get("held_for_review", []):
+            advice.append(
+                f"Volume guard: {held['message']} in {held_set.get('change_set_id')}. Look first "
+                f"(`engram-pipelines changes show {held_set.get('change_set_id')}`), then approve and apply it, "
+                "or change the settings that chose it (retention, review.max_hidden_fraction)."
+            )
+        gated = self.changes.get("gated", {})
         after = self.totals("after")
         if after.get("stale", 0) > 0.2 * max(after.get("total", 0), 1):
             advice.append(
                 f"{int(after['stale'])} memories are stale (more than 20%): run `engram-pipelines preview-decay` "
                 "before the next retention sweep and pin what must stay."
             )
-        gated = self.changes.get("gated", {})
         if gated.get("total"):
             advice.append(
                 f"{gated['total']} review-gated changes wait in {gated.get('change_set_id')}: "

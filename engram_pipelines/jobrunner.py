@@ -27,6 +27,9 @@ _SUMMARY_KEYS = (
     "namespaces",
     "auto_changes",
     "gated_changes",
+    "held_for_review",
+    "held_changes",
+    "held_change_set",
     "auto_change_set",
     "gated_change_set",
     "total",
@@ -108,6 +111,8 @@ def execute_job(
         elif event.event_type_value == "ASSET_CHECK_EVALUATION":
             evaluation = event.event_specific_data
             summary["checks"][evaluation.check_name] = bool(evaluation.passed)
+            if not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN:
+                summary.setdefault("warnings", {})[evaluation.check_name] = evaluation.description or ""
         elif event.event_type_value == "STEP_START":
             step_processes.add(event.pid)
         elif event.event_type_value == "STEP_SUCCESS":
@@ -156,4 +161,4 @@ class _Finished:
 
 def _plain(value: Any) -> Any:
     inner = getattr(value, "value", value)
-    return inner if isinstance(inner, (int, float, str, bool)) or inner is None else str(inner)
+    return inner if isinstance(inner, (int, float, str, bool, list, dict)) or inner is None else str(inner)

@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from engram_pipelines.changes.compose import REVIEWED_CLASSES
 from engram_pipelines.store import ChangeSetRecord, redact
 
 
@@ -31,7 +32,7 @@ def _clusters(rows: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]
 
 def _commands(record: ChangeSetRecord, url: str) -> list[str]:
     store = f" --store {redact(url)}"
-    if record.status == "proposed" and record.review_class == "gated":
+    if record.status == "proposed" and record.review_class in REVIEWED_CLASSES:
         return [
             f"engram-pipelines approve {record.change_set_id}{store}",
             f"engram-pipelines apply {record.change_set_id}{store}",

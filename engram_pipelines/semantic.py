@@ -71,6 +71,7 @@ import pyarrow.compute as pc
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
 from engram_pipelines.config import Config, SemanticConfig
+from engram_pipelines.containment import same_fact_pairs
 from engram_pipelines.knowledge import carries_knowledge, informativeness
 from engram_pipelines.timestamps import format_timestamp, parse_timestamp
 
@@ -575,7 +576,12 @@ def semantic_extraction(
     run = _start_run(facts, memories, links, vectors, cfg, at)
     episodic = facts.filter(pc.equal(facts["kind"], "episodic"))
     candidates = _seeds(episodic, pairs, cfg.cluster_similarity_threshold, fading, run.partners)
-    clusters = coherent_clusters(pairs, candidates, cfg.cluster_similarity_threshold, prefix="sem")
+    clusters = coherent_clusters(
+        _repeating(pairs, candidates, cfg.cluster_similarity_threshold),
+        candidates,
+        cfg.cluster_similarity_threshold,
+        prefix="sem",
+    )
     run.facts.update(rows_by_id(facts, {m for c in clusters for m in c.members} - run.facts.keys()))
     for cluster in clusters:
         _absorb(cluster, run)
@@ -615,6 +621,19 @@ def _seeds(
     rows = episodic.filter(pc.and_(pc.and_(active, undisputed), pc.is_in(episodic["id"], paired)))
     knowledge = [carries_knowledge(c) for c in rows["content"].to_pylist()]
     return rows.filter(pa.array(knowledge, pa.bool_()))
+
+
+def _repeating(pairs: pa.Table, candidates: pa.Table, threshold: float) -> pa.Table:
+    """The pairs at the threshold between two candidates that may repeat one fact (`same_fact_pairs`: the
+    same numbers and names): a node is a repetition, not two related facts."""
+    ids = candidates["id"]
+    close = pairs.filter(
+        pc.and_(
+            pc.greater_equal(pairs["score"], threshold),
+            pc.and_(pc.is_in(pairs["left_id"], ids), pc.is_in(pairs["right_id"], ids)),
+        )
+    )
+    return same_fact_pairs(close, ids.to_pylist(), candidates["content"].to_pylist())
 
 
 def _start_run(

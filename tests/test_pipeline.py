@@ -19,6 +19,7 @@ CHECKS = {
     "nothing_across_namespaces",
     "one_write_per_row",
     "apply_accounting_closes",
+    "volume_guard",
 }
 
 
@@ -33,7 +34,13 @@ def test_nightly_applies_the_auto_transitions_then_a_second_run_emits_none(demo_
     warehouse = str(tmp_path / "warehouse")
     first = execute_job("nightly", AS_OF, store=demo_store, warehouse=warehouse, config_path=None)
     assert first["success"], first.get("error")
-    assert set(first["checks"]) == CHECKS and all(first["checks"].values())
+    assert set(first["checks"]) == CHECKS
+    # The demo's first night would archive more than half of each namespace: the volume guard holds those
+    # moves for review (a warning, not a failure); every other check passes.
+    assert (
+        set(first["warnings"]) == {"volume_guard"} and "held for review" in first["warnings"]["volume_guard"]
+    )
+    assert all(passed for name, passed in first["checks"].items() if name != "volume_guard")
     steps = first["steps"]
     assert steps["memory_snapshot"]["row_count"] == 2_000
     assert steps["change_set"]["auto_changes"] > 0

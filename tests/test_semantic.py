@@ -29,6 +29,7 @@ from engram_pipelines.vectors import vector_schema
 from tests.lifecycle_helpers import AS_OF, days_ago, snapshot
 
 DIM = 8
+_LETTERS = str.maketrans("0123456789", "abcdefghij")
 MODEL = "test-8"
 
 
@@ -55,7 +56,8 @@ def episode(
         metadata.setdefault("project_id", "p1")
     return {
         "id": memory_id,
-        "content": f"The team deploys the billing service from host-{memory_id}",
+        # Digits spelled as letters: rows whose numbers differ never repeat one fact (`same_fact_pairs`).
+        "content": f"The team deploys the billing service from host-{memory_id.translate(_LETTERS)}",
         "embedding": vector,
         "embedding_model": MODEL if vector is not None else None,
         "metadata": metadata,
@@ -273,7 +275,7 @@ def test_three_close_memories_from_three_conversations_give_one_corroborated_nod
     row = params_of(intents, "insert_memory", node_id)["row"]
     assert row["kind"] == "semantic" and row["tier"] == "ltm" and row["namespace"] == "ns1"
     assert (
-        row["content"] == "The team deploys the billing service from host-e1"
+        row["content"] == "The team deploys the billing service from host-eb"
     )  # the medoid (the middle vector)
     assert row["created_at"] == format_timestamp(AS_OF)
     s = row["metadata"]["semantic"]
@@ -641,3 +643,27 @@ def test_a_node_carries_the_text_of_its_most_informative_source():
     _, intents = run(World(rows))
     node_id = node_id_for("ns1", ["e0", "e1", "e2"])
     assert params_of(intents, "insert_memory", node_id)["row"]["content"] == rows[0]["content"]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("Maya's phone number is 617-555-0142.", "Maya's new phone number is 720-555-0199."),
+        ("Maya lives in Boston.", "Maya's sister Ana lives in Denver."),
+        ("Tom uses vim as his editor.", "Tom switched his editor to VS Code."),
+    ],
+)
+def test_two_related_facts_are_not_a_repetition(first, second):
+    """On a hand-made history each of these pairs became a node that revived the replaced value."""
+    rows = three_close(("c1", "c2", "c3"))[:2]
+    rows[0]["content"], rows[1]["content"] = first, second
+    _, intents = run(World(rows))
+    assert intents.num_rows == 0
+
+
+def test_a_paraphrase_in_two_contexts_is_a_repetition():
+    rows = three_close(("c1", "c2", "c3"))[:2]
+    rows[0]["content"] = "Maya enjoys hiking on weekends."
+    rows[1]["content"] = "On weekends Maya likes to go hiking in the hills."
+    _, intents = run(World(rows))
+    assert [op for op, _ in ops(intents)].count("insert_memory") == 1

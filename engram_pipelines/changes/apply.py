@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines import jsontext
+from engram_pipelines.changes.compose import REVIEWED_CLASSES
 from engram_pipelines.changes.intents import Ineligible, Intent, check_eligible, diff, fold, hides
 from engram_pipelines.changes.registry import find_change_set, read_changes
 from engram_pipelines.progress import Progress, SilentProgress
@@ -81,7 +82,7 @@ def apply_change_set(
     record = find_change_set(store, change_set_id)
     if record.status == "reverted":
         raise ChangeSetStateError(f"change set {change_set_id} was reverted; it cannot be applied again")
-    if record.review_class == "gated" and record.status == "proposed" and not allow_unapproved:
+    if record.review_class in REVIEWED_CLASSES and record.status == "proposed" and not allow_unapproved:
         raise ReviewRequired(
             f"change set {change_set_id} is review-gated and not approved: inspect it with "
             f"`engram-pipelines changes show {change_set_id}`, then `engram-pipelines approve {change_set_id}`"

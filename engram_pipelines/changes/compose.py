@@ -28,7 +28,11 @@ from engram_pipelines.changes.intents import (
     select_intents,
 )
 
-REVIEW_CLASSES = ("auto", "gated")
+# `auto` is applied by the nightly; `gated` (merges, compression, supersede) and `held` (what the volume guard
+# held back: `guard.py`) wait for `approve`. Held changes are a set of their own, so approving the night's merges
+# never approves a mass archive with them.
+REVIEW_CLASSES = ("auto", "gated", "held")
+REVIEWED_CLASSES = ("gated", "held")
 
 INTENT_SCHEMA = pa.schema(
     [

@@ -7,7 +7,9 @@ import datetime as dt
 import pyarrow as pa
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA, SNAPSHOT_COLUMNS, compose
+from engram_pipelines.changes.guard import hold_for_review
 from engram_pipelines.changes.registry import store_change_set
+from engram_pipelines.config import ReviewConfig
 from engram_pipelines.store import ChangeSetRecord, Store
 from engram_pipelines.timestamps import end_of_day, utc_now
 from engram_pipelines.warehouse import Warehouse
@@ -21,19 +23,31 @@ def propose_change_sets(
     job: str,
     sources: list[str],
     config_fingerprint: str,
-) -> dict[str, tuple[ChangeSetRecord, pa.Table]]:
-    """review class -> (registered record, change table) for the proposals of `sources`."""
+    review: ReviewConfig,
+) -> tuple[dict[str, tuple[ChangeSetRecord, pa.Table]], list[dict]]:
+    """(review class -> (registered record, change table) for the proposals of `sources`, what the volume
+    guard held for review: `guard.hold_for_review`; recorded on the gated set's counts as `held_for_review`)."""
     memories = warehouse.read_table("memories", as_of, columns=SNAPSHOT_COLUMNS)
+    visible = warehouse.read_table("memories", as_of, columns=["id", "namespace", "zone", "superseded_by"])
+    intents, held = hold_for_review(_intents(warehouse, as_of, sources), visible, review)
     # The intents are passed, not kept: compose lets each range of them go once it is composed.
-    sets = compose(_intents(warehouse, as_of, sources), memories, as_of=as_of, at=end_of_day(as_of), job=job)
+    sets = compose(intents, memories, as_of=as_of, at=end_of_day(as_of), job=job)
+    del intents
     now = utc_now()
     return {
         klass: (
-            store_change_set(store, warehouse, table, created_at=now, config_fingerprint=config_fingerprint),
+            store_change_set(
+                store,
+                warehouse,
+                table,
+                created_at=now,
+                config_fingerprint=config_fingerprint,
+                notes={"held_for_review": held} if klass == "held" and held else None,
+            ),
             table,
         )
         for klass, table in sets.items()
-    }
+    }, held
 
 
 def _intents(warehouse: Warehouse, as_of: dt.date, sources: list[str]) -> pa.Table:

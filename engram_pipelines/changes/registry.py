@@ -55,9 +55,16 @@ def counts_of(table: pa.Table) -> dict[str, Any]:
 
 
 def store_change_set(
-    store: Store, warehouse: Warehouse, table: pa.Table, *, created_at: dt.datetime, config_fingerprint: str
+    store: Store,
+    warehouse: Warehouse,
+    table: pa.Table,
+    *,
+    created_at: dt.datetime,
+    config_fingerprint: str,
+    notes: dict[str, Any] | None = None,
 ) -> ChangeSetRecord:
-    """Write the change set's Parquet (deterministic bytes) and register it as `proposed` (idempotent)."""
+    """Write the change set's Parquet (deterministic bytes) and register it as `proposed` (idempotent);
+    `notes` join its counts (the volume guard's `held_for_review`)."""
     change_set_id = change_set_id_of(table)
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     path = warehouse.change_set_path(change_set_id)
@@ -73,7 +80,7 @@ def store_change_set(
         path=str(path),
         config_fingerprint=config_fingerprint,
         total=table.num_rows,
-        counts=counts_of(table),
+        counts={**counts_of(table), **(notes or {})},
     )
     if not store.register_change_set(record):
         existing = store.get_change_set(change_set_id)
