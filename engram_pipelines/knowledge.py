@@ -12,7 +12,9 @@ contractions). In a transcript line ("Speaker: text") the sentence needs `min_co
 (replies pad a feeling with a word or two), must be the speaker's own (I, my, me)
 and not addressed to the other (you, your): what one speaker says of the world or of the other ("Nature has a
 way of humbling us", "Your events are awesome") is a reaction, not a fact anyone would recall; and its first
-word is not taken for a name ("Yeah", "Thanks", "Found" open sentences). Deterministic and lexical: a fact
+word is not taken for a name ("Yeah", "Thanks", "Found" open sentences). A statement that reports what one
+speaker did toward the other ("Tim advised John to ...", "Dave is supportive of Calvin's career") reports the
+conversation, not knowledge (`conversation_acts`). Deterministic and lexical: a fact
 ("I started playing acoustic guitar five years ago", "Maya lives in Boston") has enough other words.
 """
 
@@ -31,6 +33,9 @@ WORDS_PATH = Path(__file__).parent / "data" / "chitchat_words.yaml"
 _SPEAKER = re.compile(r"^\s*[A-Z][\w'.\-]*(?:\s+[A-Z][\w'.\-]*){0,2}\s*:\s+")
 _SENTENCE = re.compile(r"[^.!?]+[.!?]*")
 _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|my|me|mine|myself)\b", re.IGNORECASE)
+_TOKEN = re.compile(r"[A-Za-z][\w'\-]*")
+# Words between an act and whom it was toward ("supportive of Calvin", "inquires about Jolene's").
+_SKIP = frozenset(["of", "about", "to", "toward", "towards", "and", "for", "with"])
 _SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself|you're|you've|you'll|you'd|ya)\b", re.IGNORECASE)
 
 
@@ -39,6 +44,8 @@ def carries_knowledge(content: str) -> bool:
     minimum, empty, contractions = _vocabulary()
     text = _SPEAKER.sub("", content or "", count=1)
     utterance = len(text) != len(content or "")
+    if not utterance and _reports_a_conversation_act(text):
+        return False
     min_words = minimum[utterance]
     for sentence in _SENTENCE.findall(text):
         if sentence.rstrip().endswith("?"):
@@ -61,6 +68,22 @@ def informativeness(content: str) -> int:
     """How much a memory says: its distinct content words and names (the most informative member names a node)."""
     words, names, _, _ = memory_terms(content)
     return len(words) + len(names)
+
+
+def _reports_a_conversation_act(text: str) -> bool:
+    """ "Tim advised John to ...", "Dave is supportive of Calvin's career": an act word among the three words
+    after the subject, and a name within the two words after it (who the act was toward)."""
+    tokens = _TOKEN.findall(text)
+    acts = _conversation_acts()
+    for position in range(1, min(4, len(tokens))):
+        if stem(tokens[position]).removesuffix("e") in acts:
+            return any(t[:1].isupper() for t in tokens[position + 1 : position + 4] if t.lower() not in _SKIP)
+    return False
+
+
+@cache
+def _conversation_acts() -> frozenset[str]:
+    return frozenset(map(_base, yaml.safe_load(WORDS_PATH.read_text())["conversation_acts"].split()))
 
 
 @cache

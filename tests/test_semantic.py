@@ -604,6 +604,8 @@ def test_the_sources_of_a_hidden_node_stay_claimed():
         "Ann: Thanks! Your encouragement means a lot to me. I'm ready to keep pushing for my goals!",
         "Ann: Yeah, it felt great being out there with my team.",
         "Bob advised Ann to stay motivated and keep chasing her dreams.",
+        "Bob is supportive of Ann's new career and proud of her progress in the field.",
+        "Ann inquires about Bob's travel plans after finishing the big project.",
     ],
 )
 def test_greetings_thanks_reactions_questions_and_farewells_are_chit_chat(text):
@@ -619,6 +621,7 @@ def test_greetings_thanks_reactions_questions_and_farewells_are_chit_chat(text):
         "Maya lives in Boston.",
         "Bob: Hey Ann, long time no see! Guess what? I finally opened my own bike repair shop downtown!",
         "Found some vintage lenses at the flea market in Lisbon.",
+        "Ann is considering asking a colleague named Bob to join her bowling team.",
     ],
 )
 def test_statements_of_fact_carry_knowledge(text):
