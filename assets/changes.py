@@ -17,23 +17,12 @@ from engram_pipelines.changes.invariants import (
 from engram_pipelines.changes.propose import propose_change_sets
 from engram_pipelines.changes.registry import find_change_set, load_change_set, ops_by
 from engram_pipelines.changes.revert import approve_change_set
+from engram_pipelines.config import ANALYSES
 from engram_pipelines.plots import changes_by_op, markdown_image
 from engram_pipelines.progress import LogProgress
 
 # The analyses whose proposals the change set gathers; each is an asset of the same name.
-ANALYSIS_SOURCES: list[str] = [
-    "decay_scores",
-    "promotions",
-    "retention",
-    "contradictions",
-    "duplicates",
-    "consolidation",
-    "semantic",
-    "compression",
-    "associations",
-    "temporal",
-    "gc",
-]
+ANALYSIS_SOURCES: list[str] = list(ANALYSES)
 
 # Each analysis's proposals: the columns naming the rows they target, and those holding the values they write.
 _PROPOSAL_TARGETS: dict[str, list[str]] = {
@@ -113,8 +102,7 @@ def change_set(
             as_of,
             job=_job(context),
             sources=ANALYSIS_SOURCES,
-            config_fingerprint=config.fingerprint(),
-            review=config.review,
+            config=config,
         )
         history = live.list_change_sets()
     wh.write_run_pointer(as_of, _job(context), {klass: rec.change_set_id for klass, (rec, _) in sets.items()})

@@ -12,6 +12,7 @@ from engram_pipelines.compression import COMPRESSION_SCHEMA, compression
 from engram_pipelines.gc import GC_SCHEMA, garbage_links
 from engram_pipelines.projection import project_auto_transitions
 from engram_pipelines.semantic import SEMANTIC_SCHEMA, semantic_extraction
+from engram_pipelines.switches import applied_tonight
 from engram_pipelines.temporal import TEMPORAL_SCHEMA, temporal_edges
 from engram_pipelines.timestamps import end_of_day
 from engram_pipelines.warehouse import Warehouse
@@ -101,10 +102,9 @@ def semantic(
 ) -> dg.MaterializeResult:
     config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
     # Tonight's collapses and zone moves count already: one night settles what a second would otherwise redo.
-    retention = wh.read_table("retention", as_of)
-    memories = project_auto_transitions(
-        wh.read_memories(as_of), wh.read_table("duplicates", as_of), retention
-    )
+    retention = applied_tonight(config, "retention", wh.read_table("retention", as_of))
+    duplicates = applied_tonight(config, "duplicates", wh.read_table("duplicates", as_of))
+    memories = project_auto_transitions(wh.read_memories(as_of), duplicates, retention)
     fading = retention.filter(
         pc.and_(pc.equal(retention["from_zone"], "active"), pc.equal(retention["to_zone"], "archived"))
     )["id"]

@@ -22,6 +22,7 @@ from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pair
 from engram_pipelines.plots import cluster_sizes, markdown_image, similarity_histogram
 from engram_pipelines.progress import LogProgress
 from engram_pipelines.retention import leaving_active
+from engram_pipelines.switches import applied_tonight
 from engram_pipelines.timestamps import end_of_day
 from engram_pipelines.vectors import VECTOR_INPUT_COLUMNS, partition_vectors
 from engram_pipelines.warehouse import Warehouse
@@ -243,7 +244,7 @@ def duplicates(
         threshold=config.similarity.duplicate_threshold,
         at=end_of_day(as_of),
         excluded_pairs=_contradiction_pairs(wh, as_of),
-        excluded_ids=_leaving_active(wh, as_of),
+        excluded_ids=_leaving_active(wh, as_of, config),
     )
     return _merge_result(wh, "duplicates", as_of, result, "Duplicate clusters")
 
@@ -275,9 +276,8 @@ def consolidation(
     as_of = as_of_date(context)
     wh = warehouse.get()
     memories = wh.read_table("memories", as_of, columns=_MERGE_COLUMNS)
-    collapsed = frozenset(wh.read_table("duplicates", as_of)["loser"].to_pylist()) | _leaving_active(
-        wh, as_of
-    )
+    duplicates = applied_tonight(config, "duplicates", wh.read_table("duplicates", as_of))
+    collapsed = frozenset(duplicates["loser"].to_pylist()) | _leaving_active(wh, as_of, config)
     result = consolidate(
         wh.read_table("similarity_pairs", as_of),
         memories,
@@ -332,5 +332,7 @@ def _contradiction_pairs(wh, as_of) -> pa.Table:
     return wh.read_table("contradictions", as_of, columns=["left_id", "right_id"])
 
 
-def _leaving_active(wh: Warehouse, as_of: dt.date) -> frozenset[str]:
-    return leaving_active(wh.read_table("retention", as_of, columns=["id", "from_zone", "to_zone"]))
+def _leaving_active(wh: Warehouse, as_of: dt.date, config: Config) -> frozenset[str]:
+    """Rows the night's own retention moves take out of Active (none where retention waits for review)."""
+    moves = wh.read_table("retention", as_of, columns=["id", "namespace", "from_zone", "to_zone"])
+    return leaving_active(applied_tonight(config, "retention", moves))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import fnmatch
+import json
 import math
 import os
 import warnings
@@ -428,12 +429,51 @@ class PartitionsConfig(_Section):
         return v
 
 
+# The analyses whose proposals make the change sets, by the name of their asset (one list for the config's
+# switches, the change-set step and the docs).
+ANALYSES = (
+    "decay_scores",
+    "promotions",
+    "retention",
+    "contradictions",
+    "duplicates",
+    "consolidation",
+    "semantic",
+    "compression",
+    "associations",
+    "temporal",
+    "gc",
+)
+
+
+class AnalysisSwitch(_Section):
+    """Whether an analysis proposes anything, and into which review class."""
+
+    enabled: bool = True
+    """Off: the analysis proposes nothing (its table is still written, for the record)."""
+    review_class: Literal["auto", "gated"] | None = None
+    """`gated` puts every change it proposes behind review; `auto` applies them nightly; unset: its own classes."""
+
+
+def _known_analyses(value: dict[str, Any], where: str) -> dict[str, Any]:
+    unknown = sorted(set(value) - set(ANALYSES))
+    if unknown:
+        raise ValueError(f"{where}: unknown analysis {', '.join(unknown)} (known: {', '.join(ANALYSES)})")
+    return value
+
+
 class NamespacePolicy(_Section):
-    """Per-namespace overrides (exact name or glob) of the lifecycle sections."""
+    """Per-namespace overrides (exact name or glob) of the lifecycle sections and the analysis switches."""
 
     decay: dict[str, Any] = Field(default_factory=dict)
     promotion: dict[str, Any] = Field(default_factory=dict)
     retention: dict[str, Any] = Field(default_factory=dict)
+    analyses: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("analyses")
+    @classmethod
+    def _analyses(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _known_analyses(v, "namespaces.*.analyses")
 
 
 class Config(_Section):
@@ -451,6 +491,9 @@ class Config(_Section):
     snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig)
     schedules: ScheduleConfig = Field(default_factory=ScheduleConfig)
     partitions: PartitionsConfig = Field(default_factory=PartitionsConfig)
+    analyses: dict[str, AnalysisSwitch] = Field(default_factory=dict)
+    """Per analysis (its asset's name): `enabled`, `review_class`; e.g. {retention: {review_class: gated},
+    semantic: {enabled: false}}. Namespaces override them under `namespaces.<name>.analyses`."""
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig)
     namespaces: dict[str, NamespacePolicy] = Field(default_factory=dict)
 
@@ -464,17 +507,26 @@ class Config(_Section):
         data = self.model_dump()
         for key in matches:
             override = self.namespaces[key]
-            for section in ("decay", "promotion", "retention"):
+            for section in ("decay", "promotion", "retention", "analyses"):
                 _deep_merge(data[section], getattr(override, section))
         data["namespaces"] = {}
         return _validated(data)
+
+    @field_validator("analyses")
+    @classmethod
+    def _analyses(cls, v: dict[str, AnalysisSwitch]) -> dict[str, AnalysisSwitch]:
+        return _known_analyses(v, "analyses")
+
+    def switch(self, analysis: str) -> AnalysisSwitch:
+        """This config's switch for `analysis` (the defaults when the config names none)."""
+        return self.analyses.get(analysis) or AnalysisSwitch()
 
     def namespace_groups(self, namespaces: list[str], section: str) -> list[tuple[Config, list[str]]]:
         """Namespaces grouped by their effective settings of `section`, so each group is computed in one pass."""
         groups: dict[str, tuple[Config, list[str]]] = {}
         for namespace in sorted(namespaces):
             effective = self.for_namespace(namespace)
-            key = getattr(effective, section).model_dump_json()
+            key = json.dumps(effective.model_dump(mode="json", include={section})[section], sort_keys=True)
             groups.setdefault(key, (effective, []))[1].append(namespace)
         return list(groups.values())
 

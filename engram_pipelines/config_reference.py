@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from engram_pipelines.config import ENV_OVERRIDES, ENV_SECONDS_TO_DAYS, Config
+from engram_pipelines.config import ANALYSES, ENV_OVERRIDES, ENV_SECONDS_TO_DAYS, AnalysisSwitch, Config
 
 HEADER = """# Configuration reference
 
@@ -20,8 +20,8 @@ current. Settings come from the defaults below, then the YAML file (`--config`, 
 `./engram.yaml`), then the environment variables named here (the names the
 [seeds](concepts.md#where-the-rules-come-from-the-seeds) used). Thresholds are validated at
 start: an invalid value stops the command with a message naming the setting. `namespaces:` overrides the
-`decay`, `promotion` and `retention` sections per namespace (an exact name or a glob such as `agent:*`;
-exact names win).
+`decay`, `promotion`, `retention` and `analyses` sections per namespace (an exact name or a glob such as
+`agent:*`; exact names win).
 """
 
 
@@ -59,7 +59,21 @@ def render() -> str:
         out += ["| setting | type | default | environment | meaning |", "|---|---|---|---|---|"]
         out += _rows(section, model, getattr(defaults, section), env)
         out.append("")
+    out += _switches()
     return "\n".join(out)
+
+
+def _switches() -> list[str]:
+    """The `analyses` section: one switch per analysis, the same two settings each."""
+    doc = " ".join((Config.model_fields["analyses"].description or "").split())
+    out = ["## `analyses`", "", doc, "", "| setting | type | default | meaning |", "|---|---|---|---|"]
+    for name, field in AnalysisSwitch.model_fields.items():
+        description = " ".join((field.description or "").split())
+        out.append(
+            f"| `analyses.<analysis>.{name}` | {_type(field.annotation)} | `{_default(field.default)}` | {description} |"
+        )
+    out += ["", "Analyses: " + ", ".join(f"`{a}`" for a in ANALYSES) + ".", ""]
+    return out
 
 
 def _rows(prefix: str, model: type[BaseModel], value: BaseModel, env: dict[str, str]) -> list[str]:

@@ -237,13 +237,14 @@ class Warehouse:
         """One analysis's intents for a partition (read back by the change-set step)."""
         return write_parquet(intents, self.partition_dir("proposals", as_of) / f"{source}.parquet")
 
-    def read_proposals(self, as_of: dt.date, sources: list[str]) -> list[pa.Table]:
+    def read_proposals(self, as_of: dt.date, sources: list[str]) -> dict[str, pa.Table]:
+        """source -> its intents, for the sources that wrote proposals for this partition."""
         directory = self.partition_dir("proposals", as_of)
-        return [
-            pq.read_table(directory / f"{s}.parquet")
+        return {
+            s: pq.read_table(directory / f"{s}.parquet")
             for s in sources
             if (directory / f"{s}.parquet").exists()
-        ]
+        }
 
     def write_run_pointer(self, as_of: dt.date, job: str, value: dict[str, str]) -> None:
         """Which change sets a job produced for a partition (read by the apply step)."""

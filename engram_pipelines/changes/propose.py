@@ -9,8 +9,9 @@ import pyarrow as pa
 from engram_pipelines.changes.compose import INTENT_SCHEMA, SNAPSHOT_COLUMNS, compose
 from engram_pipelines.changes.guard import hold_for_review
 from engram_pipelines.changes.registry import store_change_set
-from engram_pipelines.config import ReviewConfig
+from engram_pipelines.config import Config
 from engram_pipelines.store import ChangeSetRecord, Store
+from engram_pipelines.switches import switched_intents
 from engram_pipelines.timestamps import end_of_day, utc_now
 from engram_pipelines.warehouse import Warehouse
 
@@ -22,14 +23,13 @@ def propose_change_sets(
     *,
     job: str,
     sources: list[str],
-    config_fingerprint: str,
-    review: ReviewConfig,
+    config: Config,
 ) -> tuple[dict[str, tuple[ChangeSetRecord, pa.Table]], list[dict]]:
     """(review class -> (registered record, change table) for the proposals of `sources`, what the volume
     guard held for review: `guard.hold_for_review`; recorded on the gated set's counts as `held_for_review`)."""
     memories = warehouse.read_table("memories", as_of, columns=SNAPSHOT_COLUMNS)
     visible = warehouse.read_table("memories", as_of, columns=["id", "namespace", "zone", "superseded_by"])
-    intents, held = hold_for_review(_intents(warehouse, as_of, sources), visible, review)
+    intents, held = hold_for_review(_intents(warehouse, as_of, sources, config), visible, config.review)
     # The intents are passed, not kept: compose lets each range of them go once it is composed.
     sets = compose(intents, memories, as_of=as_of, at=end_of_day(as_of), job=job)
     del intents
@@ -41,7 +41,7 @@ def propose_change_sets(
                 warehouse,
                 table,
                 created_at=now,
-                config_fingerprint=config_fingerprint,
+                config_fingerprint=config.fingerprint(),
                 notes={"held_for_review": held} if klass == "held" and held else None,
             ),
             table,
@@ -50,8 +50,10 @@ def propose_change_sets(
     }, held
 
 
-def _intents(warehouse: Warehouse, as_of: dt.date, sources: list[str]) -> pa.Table:
-    tables = warehouse.read_proposals(as_of, sources)
-    return (
-        pa.concat_tables([t.cast(INTENT_SCHEMA) for t in tables]) if tables else INTENT_SCHEMA.empty_table()
-    )
+def _intents(warehouse: Warehouse, as_of: dt.date, sources: list[str], config: Config) -> pa.Table:
+    """Every analysis's proposals, each through its switch (`switches.switched_intents`)."""
+    tables = [
+        switched_intents(config, source, table.cast(INTENT_SCHEMA))
+        for source, table in warehouse.read_proposals(as_of, sources).items()
+    ]
+    return pa.concat_tables(tables) if tables else INTENT_SCHEMA.empty_table()

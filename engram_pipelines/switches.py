@@ -1,0 +1,68 @@
+"""The analysis switches: config `analyses.<name>` (`enabled`, `review_class`), per namespace under
+`namespaces.<pattern>.analyses` (issue 20: "retention behind review, semantic extraction off").
+
+Applied where the analyses' proposals become change sets (`switched_intents`): a disabled analysis proposes
+nothing in a namespace, and a `review_class` puts all of its changes there in that class. The analyses that read
+another's result as tonight's outcome (the merges skip rows retention archives tonight; semantic extraction
+projects tonight's collapses and zone moves) read only what the night applies itself (`applied_tonight`).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engram_pipelines.config import ANALYSES, Config
+
+
+def _namespaces_where(
+    config: Config, analysis: str, namespaces: pa.ChunkedArray | pa.Array, keep
+) -> pa.Array:
+    """The namespaces among `namespaces` whose effective switch for `analysis` satisfies `keep`."""
+    names = pc.unique(namespaces).to_pylist()
+    if not config.namespaces:  # one switch for every namespace
+        return pa.array(names if keep(config.switch(analysis)) else [], pa.string())
+    kept = [
+        name
+        for effective, group in config.namespace_groups(names, "analyses")
+        if keep(effective.switch(analysis))
+        for name in group
+    ]
+    return pa.array(kept, pa.string())
+
+
+def switched_intents(config: Config, analysis: str, intents: pa.Table) -> pa.Table:
+    """`intents` of `analysis` without those of namespaces where it is disabled, and in the class it is set to."""
+    if analysis not in ANALYSES:
+        raise ValueError(f"unknown analysis {analysis!r}")
+    if intents.num_rows == 0:
+        return intents
+    enabled = _namespaces_where(config, analysis, intents["namespace"], lambda s: s.enabled)
+    out = intents.filter(pc.is_in(intents["namespace"], enabled))
+    for klass in ("auto", "gated"):
+        chosen = _namespaces_where(config, analysis, out["namespace"], lambda s, k=klass: s.review_class == k)
+        if len(chosen):
+            mask = pc.is_in(out["namespace"], chosen)
+            column = pc.if_else(mask, pa.scalar(klass), out["review_class"])
+            out = out.set_column(out.schema.get_field_index("review_class"), "review_class", column)
+    return out.cast(intents.schema)
+
+
+def applied_tonight(config: Config, analysis: str, table: pa.Table, column: str = "namespace") -> pa.Table:
+    """The rows of `analysis`'s result whose namespace has it enabled and not put behind review."""
+    if table.num_rows == 0:
+        return table
+    live = _namespaces_where(
+        config, analysis, table[column], lambda s: s.enabled and s.review_class != "gated"
+    )
+    return table.filter(pc.is_in(table[column], live))
+
+
+def describe(config: Config, analysis: str) -> str:
+    """One line for the asset's metadata: the global switch and how many namespace patterns override it."""
+    switch = config.switch(analysis)
+    text = ("enabled" if switch.enabled else "disabled") + (
+        f", review class {switch.review_class}" if switch.review_class else ", its own review classes"
+    )
+    overrides = sorted(k for k, p in config.namespaces.items() if analysis in p.analyses)
+    return text + (f"; overridden for {', '.join(overrides)}" if overrides else "")
