@@ -6,7 +6,7 @@ import dagster as dg
 
 from assets import changes, contradictions, history, ingest, knowledge, lifecycle, reports, similarity
 from assets.executors import executor_for
-from assets.jobs import backfill_job, consolidate_job, nightly_job, schedules
+from assets.jobs import backfill_job, consolidate_job, nightly_job, preview_job, schedules
 from assets.partitions import daily_from, first_as_of_day, with_partitions
 from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.config import ANALYSES, Config, load_config, store_url, warehouse_path
@@ -31,7 +31,7 @@ def build_definitions(
             config,
         ),
         asset_checks=[*dg.load_asset_checks_from_modules(modules), *changes.asset_checks(partitions_def)],
-        jobs=[nightly_job, consolidate_job, backfill_job],
+        jobs=[nightly_job, consolidate_job, preview_job, backfill_job],
         executor=executor_for(config.execution),
         schedules=schedules(config),
         resources={

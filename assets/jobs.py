@@ -30,6 +30,16 @@ consolidate_job = dg.define_asset_job(
 )
 
 
+preview_job = dg.define_asset_job(
+    name="preview",
+    selection=dg.AssetSelection.groups("ingest", "analysis")
+    - dg.AssetSelection.assets("decay_preview", "history"),
+    description=(
+        "What tonight's nightly would do: the snapshot and every analysis, into a scratch warehouse; no change "
+        "set is stored and nothing is applied (`engram-pipelines preview`)."
+    ),
+)
+
 backfill_job = dg.define_asset_job(
     name="backfill",
     selection=dg.AssetSelection.assets("history"),

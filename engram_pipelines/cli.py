@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -418,8 +419,53 @@ def print_summary(summary: dict[str, Any]) -> None:
         err_console.print(f"[red]{summary['error']}[/]")
 
 
+@main.command()
+@click.option("--as-of", "as_of", help="As-of date (default today, UTC).")
+@common_options
+@json_option
+@friendly_errors
+def preview(
+    as_of: str | None, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+) -> None:
+    """What tonight's nightly would change, per analysis, namespace and review class. Writes nothing.
+
+    The snapshot and every analysis run into a scratch warehouse that is removed afterwards; no change set is
+    stored and nothing is applied (the warehouse's own partitions are left as they are).
+
+    \b
+    Example:
+      engram-pipelines preview --as-of 2026-11-29
+    """
+    from engram_pipelines.preview import night_preview
+    from engram_pipelines.warehouse import Warehouse
+
+    day = parse_date(as_of)
+    with tempfile.TemporaryDirectory(prefix="engram-preview-") as scratch:
+        summary = run_job("preview", day, store_arg, scratch, config_path)
+        if not summary["success"]:
+            raise UserError(f"preview failed: {summary.get('error', 'unknown error')}")
+        result = night_preview(Warehouse(Path(scratch)), day, load_config(config_path))
+    emit(result.as_dict(), as_json)
+    if not as_json:
+        console.print(
+            f"[bold]tonight ({day})[/] would propose, per analysis and review class (nothing written):"
+        )
+        table = Table("analysis", "auto", "gated", "held")
+        for analysis, classes in result.by_analysis().items():
+            table.add_row(analysis, *(f"{classes.get(k, 0):,}" for k in ("auto", "gated", "held")))
+        console.print(table)
+        for entry in result.held:
+            console.print(f"[yellow]volume guard:[/] {entry['message']}")
+        console.print("per namespace and op: --json")
+
+
 @main.command(name="preview-decay")
-@click.option("--at", "at", required=True, help="The future date to project scores to (YYYY-MM-DD).")
+@click.option(
+    "--at",
+    "at",
+    required=True,
+    help="The date to project scores to (YYYY-MM-DD; the as-of day itself: tonight).",
+)
 @click.option("--as-of", "as_of", help="The snapshot to start from (default today; taken if missing).")
 @click.option(
     "--out", type=click.Path(file_okay=False, path_type=Path), help="Write preview.md and the chart here."

@@ -90,20 +90,21 @@ def _day(instant: dt.datetime) -> dt.date:
 
 
 def preview_decay(memories: pa.Table, config: Config, now: dt.datetime, at: dt.datetime) -> DecayPreview:
-    if at <= now:
-        raise ValueError(f"the preview date {_day(at)} must be after the snapshot's as-of {_day(now)}")
+    if at < now:
+        raise ValueError(f"the preview date {_day(at)} must not be before the snapshot's as-of {_day(now)}")
     scores_now = decay_scores(memories, config, now)
     scores_then = decay_scores(memories, config, at)
     moves = retention_moves(memories, scores_then, config, at)
     con = duckdb.connect()
-    con.register("memories", memories.select(["id", "namespace", "content", "zone"]))
+    con.register("memories", memories.select(["id", "namespace", "content", "zone", "stale"]))
     con.register("now_s", scores_now.select(["id", "score", "stale_after"]))
     con.register("then_s", scores_then.select(["id", "score", "stale_after"]))
     con.register("moves", moves.select(["id", "to_zone"]))
     per_namespace = con.execute(
         """
         SELECT m.namespace, count(*) AS rows,
-            count(*) FILTER (WHERE t.stale_after AND NOT n.stale_after) AS newly_stale,
+            -- Against the store's own mark, so tonight's marks count too (a preview for today shows them).
+            count(*) FILTER (WHERE t.stale_after AND NOT m.stale) AS newly_stale,
             count(*) FILTER (WHERE mv.to_zone = 'archived') AS would_archive,
             count(*) FILTER (WHERE mv.to_zone = 'purge_queue') AS would_queue_for_purge,
             count(*) FILTER (WHERE mv.to_zone = 'purged') AS would_purge
@@ -116,7 +117,7 @@ def preview_decay(memories: pa.Table, config: Config, now: dt.datetime, at: dt.d
         SELECT m.id, m.namespace, m.content, n.score AS score_now, t.score AS score_then,
             coalesce(mv.to_zone, 'go stale') AS would
         FROM memories m JOIN now_s n USING (id) JOIN then_s t USING (id) LEFT JOIN moves mv USING (id)
-        WHERE mv.to_zone IN ('archived', 'purge_queue', 'purged') OR (t.stale_after AND NOT n.stale_after)
+        WHERE mv.to_zone IN ('archived', 'purge_queue', 'purged') OR (t.stale_after AND NOT m.stale)
         ORDER BY (mv.to_zone = 'purged') DESC, t.score, m.id
         LIMIT {FALLING_OFF_LIMIT}
         """

@@ -151,7 +151,11 @@ class HealthReport:
 
     def markdown(self) -> str:
         lines = [f"# Memory health report, as of {self.as_of.isoformat()}", ""]
+        # What needs a person comes first: a held archive or a waiting review is read before the numbers.
+        lines += ["## Recommendations", ""]
+        lines += [f"{i}. {text}" for i, text in enumerate(self.recommendations(), start=1)]
         lines += [
+            "",
             "## Statistics (all namespaces)",
             "",
             "| Metric | Before | After | Change |",
@@ -198,8 +202,6 @@ class HealthReport:
                 f"- applied {klass}: {info['applied']} applied, {info['skipped_concurrent_edit']} skipped "
                 f"(concurrent edit), {info['ineligible']} ineligible of {info['total']}"
             )
-        lines += ["", "## Recommendations", ""]
-        lines += [f"{i}. {text}" for i, text in enumerate(self.recommendations(), start=1)]
         return "\n".join(lines) + "\n"
 
     def as_dict(self) -> dict[str, Any]:

@@ -190,3 +190,34 @@ def test_a_missing_migration_and_an_inverted_threshold_are_named(tmp_path, monke
     assert (
         code == 1 and "similarity.merge_threshold (0.99) must be below similarity.duplicate_threshold" in out
     )
+
+
+def test_preview_shows_what_tonight_would_do_and_writes_nothing(tmp_path):
+    from engram_pipelines.demo_loader import load_demo
+    from tests.conftest import AS_OF
+
+    url = f"sqlite:///{tmp_path}/engram.db"
+    with open_store(url, migrate=True) as store:
+        load_demo(store, size=600, seed=3, as_of=AS_OF)
+        before = store.query("SELECT id, version, zone FROM memories ORDER BY id")
+    warehouse = tmp_path / "wh"
+    code, out = run(
+        "preview", "--as-of", AS_OF.isoformat(), "--store", url, "--warehouse", str(warehouse), "--json"
+    )
+    assert code == 0
+    preview = json.loads(out)
+    assert preview["as_of"] == AS_OF.isoformat()
+    assert {"decay_scores", "retention", "consolidation"} <= set(preview["by_analysis"])
+    assert preview["by_analysis"]["consolidation"].get("auto", 0) == 0  # merges wait for review
+    assert all(
+        row["changes"] > 0 and row["review_class"] in ("auto", "gated", "held") for row in preview["rows"]
+    )
+    # The demo's first night would archive most of each namespace: the preview says the guard holds it.
+    assert preview["by_analysis"]["retention"].get("held", 0) > 0
+    assert preview["held"] and all("held for review" in h["message"] for h in preview["held"])
+    with open_store(url) as store:
+        assert store.query("SELECT id, version, zone FROM memories ORDER BY id") == before
+        assert store.list_change_sets() == []
+    assert not warehouse.exists()  # the run's own warehouse is left alone: the preview used a scratch one
+    code, out = run("preview", "--as-of", AS_OF.isoformat(), "--store", url, "--warehouse", str(warehouse))
+    assert code == 0 and "would propose" in out and "retention" in out

@@ -186,13 +186,17 @@ def test_decay_preview_projects_without_writing(tmp_path):
     ]
     preview = preview_decay(snapshot(rows), Config(), AS_OF, AS_OF + dt.timedelta(days=30))
     totals = preview.totals()
-    assert totals == {"newly_stale": 1, "would_archive": 2, "would_queue_for_purge": 0, "would_purge": 1}
+    assert totals == {"newly_stale": 3, "would_archive": 2, "would_queue_for_purge": 0, "would_purge": 1}
     assert {r["id"] for r in preview.falling_off} == {"m0", "m1", "m3"}
     assert "m2" not in preview.markdown()
     png = score_distribution_png(preview, 0.3)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(ValueError, match="must be after"):
-        preview_decay(snapshot(rows), Config(), AS_OF, AS_OF)
+    # A preview for the snapshot's own day shows tonight's marks (counted against the store's mark: m1 is not
+    # marked yet, tonight marks it); a date before it is refused.
+    tonight = preview_decay(snapshot(rows), Config(), AS_OF, AS_OF).totals()
+    assert tonight["newly_stale"] == 2 and tonight["would_purge"] == 0  # m3 has 10 more days of grace
+    with pytest.raises(ValueError, match="must not be before"):
+        preview_decay(snapshot(rows), Config(), AS_OF, AS_OF - dt.timedelta(days=1))
 
 
 def test_the_configuration_reference_is_current():

@@ -28,8 +28,7 @@ def propose_change_sets(
     """(review class -> (registered record, change table) for the proposals of `sources`, what the volume
     guard held for review: `guard.hold_for_review`; recorded on the gated set's counts as `held_for_review`)."""
     memories = warehouse.read_table("memories", as_of, columns=SNAPSHOT_COLUMNS)
-    visible = warehouse.read_table("memories", as_of, columns=["id", "namespace", "zone", "superseded_by"])
-    intents, held = hold_for_review(_intents(warehouse, as_of, sources, config), visible, config.review)
+    intents, held = guarded_intents(warehouse, as_of, sources, config)
     # The intents are passed, not kept: compose lets each range of them go once it is composed.
     sets = compose(intents, memories, as_of=as_of, at=end_of_day(as_of), job=job)
     del intents
@@ -50,7 +49,15 @@ def propose_change_sets(
     }, held
 
 
-def _intents(warehouse: Warehouse, as_of: dt.date, sources: list[str], config: Config) -> pa.Table:
+def guarded_intents(
+    warehouse: Warehouse, as_of: dt.date, sources: list[str], config: Config
+) -> tuple[pa.Table, list[dict]]:
+    """The night's intents through the switches and the volume guard (`guard.hold_for_review`), and what it held."""
+    visible = warehouse.read_table("memories", as_of, columns=["id", "namespace", "zone", "superseded_by"])
+    return hold_for_review(proposed_intents(warehouse, as_of, sources, config), visible, config.review)
+
+
+def proposed_intents(warehouse: Warehouse, as_of: dt.date, sources: list[str], config: Config) -> pa.Table:
     """Every analysis's proposals, each through its switch (`switches.switched_intents`)."""
     tables = [
         switched_intents(config, source, table.cast(INTENT_SCHEMA))
