@@ -42,8 +42,10 @@ def health_report(
             applied=applied,
         )
     markdown = report.markdown()
-    path = wh.reports_dir(as_of) / f"health-{_job(context)}.md"
+    # One file per run (kept), and the job's latest under a stable name.
+    path = wh.reports_dir(as_of) / f"health-{_job(context)}-{context.run.run_id[:8]}.md"
     path.write_text(markdown)
+    (wh.reports_dir(as_of) / f"health-{_job(context)}.md").write_text(markdown)
     after = report.totals("after")
     return dg.MaterializeResult(
         metadata={

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
+from pydantic import PrivateAttr
 
 from engram_pipelines.config import Config, load_config
 from engram_pipelines.store import Store, open_store
@@ -32,12 +33,18 @@ class StoreResource(dg.ConfigurableResource):
 
 
 class WarehouseResource(dg.ConfigurableResource):
-    """The Parquet warehouse root (DuckDB reads it in place)."""
+    """The Parquet warehouse root (DuckDB reads it in place), as the run's job writes it (`Warehouse.for_job`)."""
 
     path: str
+    _job: str | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        run = context.run
+        # The UI's materialisations run as the implicit asset job: they write what the nightly writes.
+        self._job = None if run is None or run.job_name.startswith("__") else run.job_name
 
     def get(self) -> Warehouse:
-        return Warehouse(Path(self.path))
+        return Warehouse(Path(self.path)).for_job(self._job)
 
 
 class EngramConfigResource(dg.ConfigurableResource):

@@ -21,6 +21,7 @@ import click
 from rich.console import Console
 from rich.table import Column, Table
 
+from engram_pipelines.changes.compose import REVIEWED_CLASSES
 from engram_pipelines.config import ConfigError, load_config, store_url, warehouse_path
 from engram_pipelines.store import Store, StoreError, open_store, redact
 
@@ -330,7 +331,7 @@ def consolidate(
     day = parse_date(as_of)
     summary = run_job("consolidate", day, store_arg, warehouse, config_path)
     if summary["success"]:
-        wh = Warehouse(warehouse_path(warehouse))
+        wh = Warehouse(warehouse_path(warehouse)).for_job("consolidate")  # its own tables for the day
         gated = wh.read_run_pointer(day, "consolidate")["gated"]
         clusters = wh.read_table("consolidation", day).to_pylist()
         merge = summary["steps"].get("consolidation", {})
@@ -348,16 +349,29 @@ def consolidate(
             rows = table.to_pylist()
             memories = store.read_memories(_referenced_ids(rows))
         reports = wh.reports_dir(day)
-        (reports / "consolidation-review.md").write_text(
+        # Named by the change set they review: a later consolidate with other changes writes its own.
+        (reports / f"review-{gated}.md").write_text(
             review_markdown(record, rows, memories, store_url(store_arg))
         )
-        (reports / "consolidation-review.html").write_text(
+        (reports / f"review-{gated}.html").write_text(
             review_html(record, rows, memories, store_url(store_arg))
         )
-        summary["review_report"] = str(reports / "consolidation-review.html")
+        summary["review_report"] = str(reports / f"review-{gated}.html")
+    with opened(store_arg) as store:
+        summary["waiting_for_review"] = [
+            {"change_set_id": r.change_set_id, "job": r.job, "review_class": r.review_class, "total": r.total}
+            for r in waiting_for_review(store.list_change_sets())
+            if r.as_of == day.isoformat() and r.job != "consolidate"
+        ]
     emit(summary, as_json)
     if not as_json:
         print_summary(summary)
+        for pending in summary["waiting_for_review"]:
+            console.print(
+                f"[yellow]waiting for review[/]: {pending['change_set_id']} ({pending['total']} changes, "
+                f"{pending['job']}/{pending['review_class']}): `engram-pipelines changes show "
+                f"{pending['change_set_id']}`"
+            )
         if "consolidation" in summary:
             c = summary["consolidation"]
             console.print(
@@ -367,6 +381,11 @@ def consolidate(
             )
     if not summary["success"]:
         sys.exit(1)
+
+
+def waiting_for_review(records: list[Any]) -> list[Any]:
+    """The proposed, non-empty sets that need a person (gated or held), oldest first."""
+    return [r for r in records if r.status == "proposed" and r.review_class in REVIEWED_CLASSES and r.total]
 
 
 def _known_partition(as_of: dt.date) -> dt.date:
@@ -444,7 +463,7 @@ def preview(
         summary = run_job("preview", day, store_arg, scratch, config_path)
         if not summary["success"]:
             raise UserError(f"preview failed: {summary.get('error', 'unknown error')}")
-        result = night_preview(Warehouse(Path(scratch)), day, load_config(config_path))
+        result = night_preview(Warehouse(Path(scratch)).for_job("preview"), day, load_config(config_path))
     emit(result.as_dict(), as_json)
     if not as_json:
         console.print(
@@ -536,15 +555,19 @@ def changes() -> None:
 
 
 @changes.command(name="list")
+@click.option("--all", "show_all", is_flag=True, help="Also the empty change sets.")
 @common_options
 @json_option
 @friendly_errors
 def changes_list(
-    store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+    show_all: bool, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
 ) -> None:
-    """Every change set with its status and counts."""
+    """Every change set with its status and counts: first those that wait for review, then the rest (empty
+    sets only with --all)."""
     with opened(store_arg) as store:
         records = store.list_change_sets()
+    waiting = waiting_for_review(records)
+    records = waiting + [r for r in records if r not in waiting and (show_all or r.total)]
     rows = [
         {
             "change_set_id": r.change_set_id,
@@ -576,6 +599,11 @@ def changes_list(
                 r["as_of"],
                 str(r["total"]),
                 ", ".join(f"{k} {v}" for k, v in r["by_op"].items()),
+            )
+        if waiting:
+            console.print(
+                f"[yellow]{len(waiting)} waiting for review[/] (listed first): "
+                "`changes show ID`, then `approve ID` and `apply ID`"
             )
         console.print(table)
 

@@ -150,7 +150,12 @@ def write_parquet(table: pa.Table, path: Path, **options: object) -> Path:
 
 @dataclass(frozen=True)
 class Warehouse:
+    """The Parquet warehouse. `job`: a job other than the nightly keeps its day's tables apart
+    (jobs/<job>/<table>/as_of=DATE/), so a consolidate never overwrites the partitions the nightly wrote for the
+    same day; change sets, run pointers, reports and the content-addressed caches are shared."""
+
     root: Path
+    job: str | None = None
 
     def __post_init__(self) -> None:
         # `Warehouse("data/warehouse")` is the natural call (a root read from a config or an env var is a
@@ -158,8 +163,16 @@ class Warehouse:
         if not isinstance(self.root, Path):
             object.__setattr__(self, "root", Path(self.root))
 
+    @property
+    def tables_root(self) -> Path:
+        return self.root if self.job is None else self.root / "jobs" / self.job
+
+    def for_job(self, job: str | None) -> Warehouse:
+        """This warehouse as `job` writes it (the nightly, a backfill and ad-hoc runs write the shared tables)."""
+        return Warehouse(self.root, None if job in (None, "nightly") else job)
+
     def partition_dir(self, table: str, as_of: dt.date) -> Path:
-        return self.root / table / f"as_of={as_of.isoformat()}"
+        return self.tables_root / table / f"as_of={as_of.isoformat()}"
 
     def table_path(self, table: str, as_of: dt.date) -> Path:
         return self.partition_dir(table, as_of) / "part-0.parquet"
@@ -202,7 +215,11 @@ class Warehouse:
     def shard_path(self, table: str, as_of: dt.date, shard: int, shards: int) -> Path:
         """One shard's part of a table, before the shards are combined (shards/<table>/as_of=D/)."""
         return (
-            self.root / "shards" / table / f"as_of={as_of.isoformat()}" / f"shard-{shard}-of-{shards}.parquet"
+            self.tables_root
+            / "shards"
+            / table
+            / f"as_of={as_of.isoformat()}"
+            / f"shard-{shard}-of-{shards}.parquet"
         )
 
     def write_shard(self, table: str, as_of: dt.date, shard: int, shards: int, data: pa.Table) -> Path:
@@ -237,6 +254,9 @@ class Warehouse:
         """One analysis's intents for a partition (read back by the change-set step)."""
         return write_parquet(intents, self.partition_dir("proposals", as_of) / f"{source}.parquet")
 
+    def _runs_dir(self, as_of: dt.date) -> Path:
+        return self.root / "runs" / f"as_of={as_of.isoformat()}"  # shared: the CLI finds every job's sets
+
     def read_proposals(self, as_of: dt.date, sources: list[str]) -> dict[str, pa.Table]:
         """source -> its intents, for the sources that wrote proposals for this partition."""
         directory = self.partition_dir("proposals", as_of)
@@ -248,12 +268,12 @@ class Warehouse:
 
     def write_run_pointer(self, as_of: dt.date, job: str, value: dict[str, str]) -> None:
         """Which change sets a job produced for a partition (read by the apply step)."""
-        path = self.partition_dir("runs", as_of) / f"{job}.json"
+        path = self._runs_dir(as_of) / f"{job}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(value, sort_keys=True))
 
     def read_run_pointer(self, as_of: dt.date, job: str) -> dict[str, str]:
-        path = self.partition_dir("runs", as_of) / f"{job}.json"
+        path = self._runs_dir(as_of) / f"{job}.json"
         if not path.exists():
             raise FileNotFoundError(
                 f"no change set was proposed by {job} for {as_of} (run the change_set step first)"

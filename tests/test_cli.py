@@ -221,3 +221,41 @@ def test_preview_shows_what_tonight_would_do_and_writes_nothing(tmp_path):
     assert not warehouse.exists()  # the run's own warehouse is left alone: the preview used a scratch one
     code, out = run("preview", "--as-of", AS_OF.isoformat(), "--store", url, "--warehouse", str(warehouse))
     assert code == 0 and "would propose" in out and "retention" in out
+
+
+def test_the_review_flow_after_a_nightly(tmp_path):
+    """consolidate after a nightly names what waits, proposes no auto set of its own and leaves the nightly's
+    tables for the day as they were; `changes list` shows what waits first; each run keeps its report."""
+    from engram_pipelines.demo_loader import load_demo
+    from tests.conftest import AS_OF
+
+    url = f"sqlite:///{tmp_path}/engram.db"
+    with open_store(url, migrate=True) as store:
+        load_demo(store, size=600, seed=3, as_of=AS_OF)
+    wh = tmp_path / "wh"
+    day = AS_OF.isoformat()
+    code, out = run("run", "--as-of", day, "--store", url, "--warehouse", str(wh), "--json")
+    nightly = json.loads(out)
+    assert code == 0 and nightly["steps"]["change_set"]["gated_changes"] > 0
+    retention = Warehouse(wh).table_path("retention", AS_OF)
+    written = retention.read_bytes()
+    code, out = run("consolidate", "--as-of", day, "--store", url, "--warehouse", str(wh), "--json")
+    consolidate = json.loads(out)
+    assert code == 0
+    assert consolidate["steps"]["change_set"]["auto_changes"] == 0  # the nightly applies the auto class
+    waiting = {w["change_set_id"] for w in consolidate["waiting_for_review"]}
+    assert nightly["steps"]["change_set"]["gated_change_set"] in waiting
+    assert retention.read_bytes() == written  # its own tables live under jobs/consolidate/
+    assert Warehouse(wh).for_job("consolidate").table_path("retention", AS_OF).exists()
+    assert Path(consolidate["review_report"]).name.startswith("review-")
+    code, out = run("changes", "list", "--store", url, "--json")
+    listed = json.loads(out)
+    first = [r for r in listed[: len(waiting)]]
+    assert all(r["status"] == "proposed" and r["review_class"] in ("gated", "held") for r in first)
+    assert all(r["total"] > 0 for r in listed)  # empty sets only with --all
+    code, out = run("changes", "list", "--all", "--store", url, "--json")
+    assert any(r["total"] == 0 for r in json.loads(out))
+    code, out = run("run", "--as-of", day, "--store", url, "--warehouse", str(wh), "--json")
+    again = json.loads(out)
+    assert again["report_path"] != nightly["report_path"]
+    assert Path(nightly["report_path"]).exists() and Path(again["report_path"]).exists()

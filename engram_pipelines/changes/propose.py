@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA, SNAPSHOT_COLUMNS, compose
 from engram_pipelines.changes.guard import hold_for_review
@@ -29,6 +30,10 @@ def propose_change_sets(
     guard held for review: `guard.hold_for_review`; recorded on the gated set's counts as `held_for_review`)."""
     memories = warehouse.read_table("memories", as_of, columns=SNAPSHOT_COLUMNS)
     intents, held = guarded_intents(warehouse, as_of, sources, config)
+    if job == "consolidate":
+        # The consolidate job proposes what waits for review; the auto class is the nightly's to apply (a
+        # consolidate's auto set was left proposed forever).
+        intents = intents.filter(pc.not_equal(intents["review_class"], "auto"))
     # The intents are passed, not kept: compose lets each range of them go once it is composed.
     sets = compose(intents, memories, as_of=as_of, at=end_of_day(as_of), job=job)
     del intents
