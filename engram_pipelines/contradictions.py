@@ -224,6 +224,8 @@ class RuleBook:
     max_subject_tokens: int = 8
     slot_nouns: frozenset[str] = field(repr=False, default=frozenset())
     slot_prefixes: frozenset[str] = field(repr=False, default=frozenset())
+    slot_modifiers: frozenset[str] = field(repr=False, default=frozenset())
+    relational_terminator: re.Pattern[str] | None = field(repr=False, default=None)
     max_value_tokens: int = 4
     descriptive_starts: frozenset[str] = field(repr=False, default=frozenset())
     utterance: re.Pattern[str] | None = field(repr=False, default=None)
@@ -439,6 +441,7 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
         single_valued=single_valued,
         slot_nouns=frozenset(_words(slots.get("nouns", []), "slots.nouns", source)),
         slot_prefixes=frozenset(_words(slots.get("prefixes", []), "slots.prefixes", source)),
+        slot_modifiers=frozenset(_words(slots.get("modifiers", []), "slots.modifiers", source)),
         max_value_tokens=int(raw.get("max_value_tokens", 4)),
         descriptive_starts=frozenset(
             _words(raw.get("descriptive_value_starts", []), "descriptive_value_starts", source)
@@ -450,6 +453,9 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
         subject_stop_phrases=Phrases.of(subject_stops),
         value_stop_phrases=Phrases.of(value_stops),
         value_terminator=re.compile("|".join(_require(raw, "value_terminators", source)["patterns"])),
+        relational_terminator=_optional_pattern(
+            _require(raw, "value_terminators", source).get("relational", [])
+        ),
         function_words=function_words,
         ignored_content_words=function_words | single_token_cues | set(labels_of_form),
         max_subject_tokens=int(raw.get("max_subject_tokens", 8)),
@@ -520,6 +526,8 @@ def _clean_subject(tokens: list[str], rules: RuleBook) -> str | None:
     while start < len(tokens) and tokens[start] in rules.possessives:
         start += 1
     kept = rules.subject_stop_phrases.strip(tokens[start:], leading=False)
+    if kept and kept[-1] in rules.slot_nouns:  # "maya's new phone number" -> "maya's phone number"
+        kept = [t for i, t in enumerate(kept) if i == 0 or t not in rules.slot_modifiers]
     if not kept or len(kept) > rules.max_subject_tokens:
         return None
     return " ".join(kept)
@@ -559,6 +567,9 @@ def _claim(
         index, length = hits[category]
         subject = _clean_subject(tokens[:index], rules)
         raw_value = text[_end_offset(text, tokens, index + length - 1) :]
+        if category != COPULA and rules.relational_terminator is not None:
+            qualifier = rules.relational_terminator.search(raw_value)
+            raw_value = raw_value[: qualifier.start()] if qualifier else raw_value
         value = clean_value(raw_value, rules)
         if subject is None or value is None:
             continue

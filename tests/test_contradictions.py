@@ -226,10 +226,30 @@ def test_polar_guards(older, newer):
             "value swap: i is based in 'berlin' vs 'paris'",
         ),  # contraction
         ("We're using Postgres", "We use MySQL", "value swap: we uses 'postgres' vs 'mysql'"),
+        # A hand-made two-user history: a qualifier after a relational value, a modifier before a slot noun.
+        (
+            "Tom works at Acme Corp as a software engineer.",
+            "Tom works at Globex as a staff engineer.",
+            "value swap: tom works at 'acme corp' vs 'globex'",
+        ),
+        (
+            "Tom uses vim as his editor.",
+            "Tom uses VS Code in the terminal.",
+            "value swap: tom uses 'vim' vs 'vs code'",
+        ),
     ],
 )
 def test_value_swap_fires_on_the_same_subject_with_another_value(older, newer, reason):
     assert verdict(older, newer) == ("value_swap", reason)
+
+
+def test_a_new_phone_number_contradicts_the_old_one():
+    """ "new" before a slot noun names which value, not another slot (the numbers' frame decides first)."""
+    assert verdict("Maya's phone number is 617-555-0142.", "Maya's new phone number is 720-555-0199.") == (
+        "numeric",
+        "numeric: maya's phone number '617, 555, 0142' vs '720, 555, 0199'",
+    )
+    assert rule_of("Maya lives in Boston.", "Maya moved to Denver for a new job.") == "change"
 
 
 @pytest.mark.parametrize(

@@ -120,6 +120,12 @@ def test_a_first_night_on_a_hand_made_history_archives_nothing_a_user_would_miss
         held_id = result["steps"]["change_set"]["held_change_set"]
         record, held = load_change_set(store, held_id)
         assert record.review_class == "held" and held.num_rows == len(moves) > 0
+        # The move and the new phone number are flagged against what they replace (both stay visible).
+        flagged = {
+            frozenset(p)
+            for p in store.query("SELECT src_id, dst_id FROM memory_links WHERE kind = 'contradicts'")
+        }
+        assert {frozenset(("maya-01", "maya-12")), frozenset(("maya-02", "maya-14"))} <= flagged
         nodes = store.query("SELECT content, metadata FROM memories WHERE kind = 'semantic'")
         for content, metadata in nodes:
             sources = (json.loads(metadata) if isinstance(metadata, str) else metadata)["semantic"]["sources"]
