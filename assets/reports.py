@@ -51,6 +51,7 @@ def health_report(
         metadata={
             "report": dg.MetadataValue.md(markdown),
             "path": dg.MetadataValue.path(str(path)),
+            "what_happened": dg.MetadataValue.json(report.what_happened()),
             "total_after": int(after.get("total", 0)),
             "active_after": int(after.get("active", 0)),
             "stale_after": int(after.get("stale", 0)),

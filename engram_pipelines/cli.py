@@ -419,10 +419,15 @@ def print_summary(summary: dict[str, Any]) -> None:
     table.add_column("step")
     table.add_column("result")
     held: list[dict[str, Any]] = []
+    words: list[str] = []
     for step, info in summary["steps"].items():
         held += info.get("held_for_review") or []
-        table.add_row(step, ", ".join(f"{k}={v}" for k, v in info.items() if k != "held_for_review"))
+        words += info.get("what_happened") or []
+        listed = {k: v for k, v in info.items() if k not in ("held_for_review", "what_happened")}
+        table.add_row(step, ", ".join(f"{k}={v}" for k, v in listed.items()))
     console.print(table)
+    if words:
+        console.print("[bold]tonight[/]: " + "; ".join(w for w in words if not w.endswith(": 0")))
     held_set = summary["steps"].get("change_set", {}).get("held_change_set", "the held set")
     for entry in held:
         console.print(f"[yellow]volume guard:[/] {entry['message']} in {held_set}")

@@ -120,6 +120,22 @@ class HealthReport:
         )
         return out
 
+    def what_happened(self) -> list[str]:
+        """The applied changes in words, then what waits (a gated or held set is not applied tonight)."""
+        ops: dict[str, int] = {}
+        for info in self.changes.values():
+            if info.get("status") == "applied":
+                for op, n in info.get("by_op", {}).items():
+                    ops[op] = ops.get(op, 0) + n
+        lines = [f"{label}: {sum(ops.get(k, 0) for k in keys):,}" for label, keys in _HEADLINES.items()]
+        for klass in ("held", "gated"):
+            info = self.changes.get(klass, {})
+            if info.get("total") and info.get("status") == "proposed":
+                lines.append(
+                    f"waiting for review ({klass}): {info['total']:,} changes in {info['change_set_id']}"
+                )
+        return lines
+
     def recommendations(self) -> list[str]:
         advice = list(self.notes)
         held_set = self.changes.get("held", {})
@@ -184,13 +200,7 @@ class HealthReport:
         for namespace, counts in sorted(self.after.items()):
             lines.append(f"| {namespace} | " + " | ".join(f"{counts.get(c, 0):,.0f}" for c in cols) + " |")
         lines += ["", "## What the run did", ""]
-        ops: dict[str, int] = {}
-        for info in self.changes.values():
-            if info.get("status") == "applied":  # what landed tonight; a gated set waits for review
-                for op, n in info.get("by_op", {}).items():
-                    ops[op] = ops.get(op, 0) + n
-        for label, keys in _HEADLINES.items():
-            lines.append(f"- {label}: {sum(ops.get(k, 0) for k in keys):,}")
+        lines += [f"- {line}" for line in self.what_happened()]
         lines += ["", "## Changes", ""]
         for klass, info in self.changes.items():
             by_op = ", ".join(f"{op} {n}" for op, n in info.get("by_op", {}).items()) or "none"

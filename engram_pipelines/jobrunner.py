@@ -28,6 +28,7 @@ _SUMMARY_KEYS = (
     "auto_changes",
     "gated_changes",
     "held_for_review",
+    "what_happened",
     "held_changes",
     "held_change_set",
     "auto_change_set",
