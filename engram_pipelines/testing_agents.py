@@ -48,8 +48,11 @@ class Agent:
         target = rng.choice(self.row_ids)
         started = time.perf_counter()
         kind = rng.random()
+        row = store.get(target)
+        if row is None:  # purged meanwhile: nothing to edit, like a conflict
+            self.conflicts += 1
+            return
         if kind < 0.6:
-            row = store.get(target)
             tag = f"agent{self.seed}-{op}"
             try:
                 store.update_memory(target, row["version"], tags=[*row["tags"], tag])
@@ -60,7 +63,6 @@ class Agent:
             store.record_access(target)
             self.accesses[target] += 1
         else:
-            row = store.get(target)
             try:
                 store.set_pinned(target, row["version"], True)
                 self.pins.append(target)
@@ -98,12 +100,15 @@ def run_with_agents(
 def lost_edits(store: Store, agents: list[Agent], row_ids: list[str]) -> int:
     """Agent writes the store accepted that are no longer there (must be 0 under a guarded apply)."""
     rows = store.read_memories(row_ids)
-    lost = sum(tag not in rows[target]["tags"] for a in agents for target, tag in a.edits)
+    # A row deleted after an edit the store accepted lost that edit too.
+    lost = sum(
+        target not in rows or tag not in rows[target]["tags"] for a in agents for target, tag in a.edits
+    )
     accesses: Counter[str] = Counter()
     for agent in agents:
         accesses.update(agent.accesses)
-    lost += sum(rows[t]["access_count"] != n for t, n in accesses.items())
-    lost += sum(not rows[t]["pinned"] for a in agents for t in a.pins)
+    lost += sum(t in rows and rows[t]["access_count"] != n for t, n in accesses.items())
+    lost += sum(t not in rows or not rows[t]["pinned"] for a in agents for t in a.pins)
     return lost
 
 

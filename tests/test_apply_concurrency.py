@@ -62,6 +62,24 @@ def test_no_agent_edit_is_lost_while_the_apply_runs(store, warehouse):
     assert sum("pipeline" in r["tags"] for r in rows.values()) == result.applied
 
 
+def test_no_edited_row_is_purged_while_agents_write(store, warehouse):
+    """Purges decided by neglect, agents editing the same rows throughout: an edited row is skipped, never
+    deleted (the purge is not re-derived on the fresh row), so no accepted edit is lost."""
+    n = N_ROWS // 5
+    store.insert_memories(
+        [memory(i, tags=["seed"], zone="purge_queue", embedding=None, embedding_model=None) for i in range(n)]
+    )
+    ids = [f"m{i}" for i in range(n)]
+    cs = propose(store, warehouse, [intent(i, "purge") for i in ids])
+    agents, result = run_with_agents(
+        store.url, ids, lambda: apply_change_set(store, cs, batch_size=50), writers=WRITERS
+    )
+    assert sum(len(a.edits) for a in agents) > 10, "the agents must really have been writing"
+    assert lost_edits(store, agents, ids) == 0
+    assert result.accounted and result.applied + result.skipped_concurrent_edit + result.ineligible == n
+    assert result.skipped_concurrent_edit > 0, "some purges must have met an edit"
+
+
 def _unguarded_apply(store: Store, change_set_id: str) -> None:
     """The control: the same patches written without version or guard checks (what must never ship)."""
     _, table = load_change_set(store, change_set_id)

@@ -518,3 +518,37 @@ def test_intents_from_sql_give_what_intents_table_gives_and_refuse_an_unknown_op
     assert intents_from_sql(duckdb.connect(), query).equals(built)
     with pytest.raises(ValueError, match="unknown op 'mark_fresh'"):
         intents_from_sql(duckdb.connect(), query.replace("'mark_stale' AS op", "'mark_fresh' AS op"))
+
+
+def test_a_row_edited_since_the_snapshot_is_never_archived_or_purged(store, warehouse):
+    """An agent's version-checked edit between the snapshot and the apply is evidence the row is alive: an
+    archive or purge decided by neglect is skipped, not re-derived on the fresh row; a row the pipeline itself
+    wrote in between (tonight's auto set) is still archived; content-justified ops keep the retry."""
+    store.insert_memories(
+        [memory(0), memory(1), memory(2, zone="purge_queue"), memory(3), memory(4, zone="purge_queue")]
+    )
+    archive = {"from": "active", "to": "archived"}
+    stale = propose(store, warehouse, [intent("m3", "mark_stale", score=0.1)])
+    held = propose(
+        store,
+        warehouse,
+        [
+            intent("m0", "move_zone", **archive),
+            intent("m1", "move_zone", **archive),
+            intent("m2", "purge"),
+            intent("m3", "move_zone", **archive),
+            intent("m4", "purge"),
+        ],
+    )
+    for memory_id in ("m0", "m2"):  # an agent adds a tag
+        row = store.get(memory_id)
+        store.update_memory(memory_id, row["version"], tags=[*row["tags"], "still-needed"])
+    assert apply_change_set(store, stale).applied == 1  # the pipeline's own write to m3
+    result = apply_change_set(store, held)
+    assert (result.applied, result.skipped_concurrent_edit) == (3, 2)
+    assert store.get("m0")["zone"] == "active" and "still-needed" in store.get("m0")["tags"]
+    assert store.get("m2") is not None and "still-needed" in store.get("m2")["tags"]
+    assert store.get("m1")["zone"] == "archived" and store.get("m3")["zone"] == "archived"
+    assert store.get("m4") is None
+    reasons = {t: o[1] for t, o in store.ledger(held).items() if o[0] == "skipped_concurrent_edit"}
+    assert sorted(reasons.values()) == ["edited since the snapshot: an edit is evidence the row is alive"] * 2

@@ -3,7 +3,10 @@
 For each batch of changes, one transaction writes every change whose row still has the version (and the
 access/pin evidence) the snapshot saw, with an audit pre-image and a ledger row. A miss is re-read: if the
 row still qualifies, its patch is re-derived on the fresh row and written once more; a second miss is
-`skipped_concurrent_edit` (the concurrent editor wins), a row that no longer qualifies is `ineligible`.
+`skipped_concurrent_edit` (the concurrent editor wins), a row that no longer qualifies is `ineligible`. A change
+justified by neglect (archive, queue for purge, purge) is not re-derived when the row was edited since the
+snapshot by anyone but the pipeline (its version moved past the pipeline's own audited writes): the edit is
+evidence the row is alive, so it is `skipped_concurrent_edit` at once.
 Changes already in the ledger are skipped, so a re-run is a no-op and a crashed run resumes.
 """
 
@@ -197,13 +200,26 @@ class _Context:
             self._retry(misses, delete=delete)
 
     def _retry(self, misses: list[dict[str, Any]], *, delete: bool) -> None:
-        """Re-read, re-check, re-derive on the fresh row, and write once more; then skip and count."""
+        """Re-read, re-check, re-derive on the fresh row, and write once more; then skip and count. A change
+        justified by neglect (archive, queue for purge, purge) is not re-derived when someone other than the
+        pipeline edited the row since the snapshot: the edit is evidence the row is alive."""
         fresh = self.store.read_memories([row["target_id"] for row in misses])
+        edited = self._edited_since_snapshot(misses, fresh)
         outcomes: list[Outcome] = []
         second: list[MemoryWrite] = []
         for change in misses:
             row = fresh.get(change["target_id"])
             intents = [Intent(**i) for i in jsontext.loads(change["intents"])]
+            if change["change_id"] in edited and any(_by_neglect(i) for i in intents):
+                outcomes.append(
+                    Outcome(
+                        change["change_id"],
+                        change["target_id"],
+                        "skipped_concurrent_edit",
+                        "edited since the snapshot: an edit is evidence the row is alive",
+                    )
+                )
+                continue
             try:
                 check_eligible(intents, row, _guard_values(change))
                 assert row is not None
@@ -235,6 +251,23 @@ class _Context:
         )
         self.store.record_outcomes(self.change_set_id, outcomes)
 
+    def _edited_since_snapshot(
+        self, misses: list[dict[str, Any]], fresh: dict[str, dict[str, Any]]
+    ) -> set[str]:
+        """Change ids whose row moved past its snapshot version by more than the pipeline's own writes (an
+        agent's edit, or another writer's), whatever the edit was."""
+        written = self.store.pipeline_versions([m["target_id"] for m in misses])
+        out = set()
+        for change in misses:
+            row = fresh.get(change["target_id"])
+            if row is None:
+                continue
+            snapshot = int(change["expected_version"])
+            ours = sum(1 for v in written[change["target_id"]] if v > snapshot)
+            if row["version"] - snapshot > ours:
+                out.add(change["change_id"])
+        return out
+
     def inserts(self, chunk: list[dict[str, Any]]) -> None:
         rows = [(change["change_id"], _decode_row(jsontext.loads(change["patch"]))) for change in chunk]
         landed = self.store.insert_memories_once(rows, actor=self.actor, change_set_id=self.change_set_id)
@@ -252,6 +285,13 @@ class _Context:
             LinkWrite(change["change_id"], change["op"], jsontext.loads(change["patch"])) for change in chunk
         ]
         self.store.write_links(writes, actor=self.actor, change_set_id=self.change_set_id, at=self.at)
+
+
+def _by_neglect(intent: Intent) -> bool:
+    """An op justified by neglect (decay and retention: the row was not used), not by what the row says."""
+    return intent.op == "purge" or (
+        intent.op == "move_zone" and intent.params.get("to") in ("archived", "purge_queue")
+    )
 
 
 def _op_name(change: dict[str, Any]) -> str:

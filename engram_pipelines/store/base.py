@@ -585,6 +585,24 @@ class Store(ABC):
             out.append(item)
         return out
 
+    def pipeline_versions(self, ids: Sequence[str]) -> dict[str, list[int]]:
+        """id -> the versions the pipeline's own writes gave each row (from the audit log's post-images): a
+        row whose version moved past them was edited by someone else."""
+        out: dict[str, list[int]] = {i: [] for i in ids}
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            marks = ", ".join("?" for _ in chunk)
+            rows = self.query(
+                f"SELECT target_id, after FROM audit_log WHERE target_kind = 'memory' AND target_id IN ({marks}) "
+                "AND after IS NOT NULL",
+                chunk,
+            )
+            for target, after in rows:
+                version = (self._from_db("metadata", after) or {}).get("version")
+                if isinstance(version, int):
+                    out[target].append(version)
+        return out
+
     # -- the apply primitives ------------------------------------------------------------------------------
     _BATCH_COLUMNS = (
         "change_id",
