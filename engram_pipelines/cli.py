@@ -46,18 +46,24 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         from engram_pipelines.changes.revert import RestoreError
 
         try:
-            return fn(*args, **kwargs)
-        except (
-            ConfigError,
-            StoreError,
-            ChangeSetNotFound,
-            ReviewRequired,
-            ChangeSetStateError,
-            RestoreError,
-            FileNotFoundError,
-            ValueError,
-        ) as exc:
-            raise UserError(str(exc)) from None
+            try:
+                return fn(*args, **kwargs)
+            except (
+                ConfigError,
+                StoreError,
+                ChangeSetNotFound,
+                ReviewRequired,
+                ChangeSetStateError,
+                RestoreError,
+                FileNotFoundError,
+                ValueError,
+            ) as exc:
+                raise UserError(str(exc)) from None
+        except UserError as exc:
+            if kwargs.get("as_json"):  # a machine reads stdout: the error is JSON too
+                click.echo(json.dumps({"error": exc.format_message()}))
+                sys.exit(exc.exit_code)
+            raise
 
     return wrapper
 
@@ -193,6 +199,8 @@ def import_(
             err_console.print(f"  line {reject.line}: [bold]{reject.field}[/]: {reject.reason}")
         if summary.rejected_lines:
             console.print(f"rejected lines written to {rejects}")
+    if summary.rejected_lines and not summary.imported and not summary.already_present:
+        sys.exit(1)  # every line was bad: a script must not take this for a successful import
 
 
 @main.command()

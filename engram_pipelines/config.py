@@ -13,7 +13,6 @@ import fnmatch
 import json
 import math
 import os
-import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -262,21 +261,10 @@ class EmbeddingsConfig(_Section):
 class ContradictionConfig(_Section):
     """What happens to a confirmed contradiction (seed 000)."""
 
-    policy: str = "flag"
-    """flag (both visible, marked, auto) or supersede (older hidden, gated); unknown values fall back to flag."""
+    policy: Literal["flag", "supersede"] = "flag"
+    """flag (both visible, marked, auto) or supersede (older hidden, gated); anything else is refused at start."""
     rules_path: str | None = None
     """Word lists and patterns (YAML); empty uses the shipped contradiction_rules.yaml."""
-
-    @field_validator("policy")
-    @classmethod
-    def _policy(cls, v: str) -> str:
-        if v not in ("flag", "supersede"):
-            warnings.warn(
-                f"contradiction.policy {v!r} is unknown (expected 'flag' or 'supersede'); using 'flag'",
-                stacklevel=2,
-            )
-            return "flag"
-        return v
 
 
 class SemanticConfig(_Section):
@@ -356,18 +344,18 @@ class ReviewConfig(_Section):
 class ApplyConfig(_Section):
     """The CAS apply."""
 
-    batch_size: int = 1000
+    batch_size: int = Field(1000, ge=1)
     """Changes per transaction."""
 
 
 class SnapshotConfig(_Section):
     """The Parquet snapshot."""
 
-    batch_size: int = 50_000
+    batch_size: int = Field(50_000, ge=1)
     """Rows per streamed batch (bounds memory)."""
-    embedding_dim: int = 384
+    embedding_dim: int = Field(384, ge=1)
     """Vector size; rows with vectors of another size are quarantined."""
-    max_invalid_fraction: float = 0.01
+    max_invalid_fraction: float = Field(0.01, ge=0.0, le=1.0)
     """The blocking check fails the run when more rows than this are quarantined."""
 
 
@@ -608,7 +596,13 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
             raise ConfigError(
                 f"config file {file} does not exist (set --config or ENGRAM_CONFIG to a YAML file)"
             )
-        loaded = yaml.safe_load(file.read_text()) or {}
+        try:
+            loaded = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(f"config file {file} is not valid YAML{where}: {problem}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {file} must hold a mapping of sections")
         data = loaded

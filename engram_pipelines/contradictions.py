@@ -868,6 +868,8 @@ def cached_memory_features(
 ) -> pa.Table:
     """`memory_features`, parsing each distinct content once across nights (cached by content hash under
     <cache_root>/contradiction_features/, per parser version and rules): a quiet night parses only what is new."""
+    if not ids:  # an empty store: nothing to parse (and no cached columns to shape a result from)
+        return FEATURES_SCHEMA.empty_table()
     shas = [content_sha(c or "") for c in contents]
     cache = ContentCache(cache_root / "contradiction_features" / f"v{FEATURES_VERSION}-{rules.fingerprint}")
     unique = sorted(set(shas))

@@ -44,9 +44,16 @@ def import_jsonl(
     rejects_path: Path,
     progress: Progress | None = None,
 ) -> ImportSummary:
+    """Import `path`; bad lines go to `rejects_path`, which is replaced only at the end and only when there are
+    any (written beside it first): the input is never touched, whatever `rejects_path` is."""
+    if rejects_path.resolve() == path.resolve():
+        raise ValueError(
+            f"--rejects {rejects_path} is the input file: name another file for the rejected lines"
+        )
     progress = progress or SilentProgress()
     summary = ImportSummary(path=str(path))
-    rejects_path.unlink(missing_ok=True)
+    partial = rejects_path.with_name(rejects_path.name + ".partial")
+    partial.unlink(missing_ok=True)  # our own leftover from an interrupted import
     progress.start(f"import {path.name}", None)
     for result in parse_jsonl(path, default_namespace=default_namespace, embedding_dim=embedding_dim):
         rows = result.rows.to_pylist()
@@ -56,11 +63,12 @@ def import_jsonl(
         summary.already_present += len(rows) - inserted
         summary.rejected_lines += result.rejected_lines
         if result.rejects:
-            write_rejects(result.rejects, rejects_path, append=True)
+            write_rejects(result.rejects, partial, append=True)
             room = REJECT_SAMPLES - len(summary.reject_samples)
             summary.reject_samples.extend(result.rejects[: max(room, 0)])
         progress.advance(result.lines_read)
     progress.finish()
     if summary.rejected_lines:
+        partial.replace(rejects_path)
         summary.rejects_path = str(rejects_path)
     return summary

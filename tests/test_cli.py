@@ -259,3 +259,45 @@ def test_the_review_flow_after_a_nightly(tmp_path):
     again = json.loads(out)
     assert again["report_path"] != nightly["report_path"]
     assert Path(nightly["report_path"]).exists() and Path(again["report_path"]).exists()
+
+
+def test_import_never_deletes_the_input_and_fails_when_every_line_is_bad(store_url, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"bad": 1}\n{"also": "bad"}\n')
+    original = bad.read_bytes()
+    code, out = run("import", str(bad), "--rejects", str(bad), "--store", store_url)
+    assert code != 0 and "is the input file" in out and bad.read_bytes() == original
+    code, out = run("import", str(bad), "--store", store_url, "--json")
+    assert code == 1 and json.loads(out)["rejected_lines"] == 2  # nothing imported: not a success
+    assert (tmp_path / "bad.rejects.jsonl").exists() and bad.read_bytes() == original
+
+
+def test_init_then_run_on_an_empty_store(tmp_path):
+    url = f"sqlite:///{tmp_path}/engram.db"
+    assert run("init", "--store", url)[0] == 0
+    code, out = run("run", "--store", url, "--warehouse", str(tmp_path / "wh"), "--json")
+    assert code == 0 and json.loads(out)["success"]
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "named"),
+    [
+        ("apply:\n  batch_size: 0\n", {}, "apply.batch_size"),
+        ("apply:\n  batch_size: -1\n", {}, "apply.batch_size"),
+        ("snapshot:\n  embedding_dim: 0\n", {}, "snapshot.embedding_dim"),
+        ("snapshot:\n  max_invalid_fraction: 5\n", {}, "snapshot.max_invalid_fraction"),
+        ("", {"MEMORY_CONTRADICTION_POLICY": "bogus"}, "contradiction.policy"),
+        ("apply: [\n", {}, "is not valid YAML at line 2"),
+    ],
+)
+def test_bad_settings_are_refused_at_start_in_one_line(tmp_path, monkeypatch, text, env, named):
+    config = tmp_path / "engram.yaml"
+    config.write_text(text)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    url = f"sqlite:///{tmp_path}/engram.db"
+    open_store(url, migrate=True).close()
+    code, out = run("run", "--config", str(config), "--store", url, "--warehouse", str(tmp_path / "wh"))
+    assert code != 0 and named in out and "Traceback" not in out
+    code, out = run("run", "--config", str(config), "--store", url, "--json")
+    assert code != 0 and named in json.loads(out)["error"]  # under --json the error is JSON too

@@ -7,7 +7,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from engram_pipelines.config import Config, load_config
+from engram_pipelines.config import Config, ConfigError, load_config
 from engram_pipelines.contradiction_policy import find_contradictions
 from engram_pipelines.pairs import PAIR_SCHEMA
 from tests.lifecycle_helpers import days_ago, snapshot
@@ -75,7 +75,6 @@ def test_supersede_policy_hides_the_older_row_and_is_gated():
     assert {i["review_class"] for i in result.intents.to_pylist()} == {"gated"}
 
 
-def test_unknown_policy_falls_back_to_flag_with_a_warning():
-    with pytest.warns(UserWarning, match="unknown"):
-        config = load_config(env={"MEMORY_CONTRADICTION_POLICY": "delete-both"})
-    assert config.contradiction.policy == "flag"
+def test_an_unknown_policy_is_refused_naming_the_setting():
+    with pytest.raises(ConfigError, match="contradiction.policy"):
+        load_config(env={"MEMORY_CONTRADICTION_POLICY": "delete-both"})
