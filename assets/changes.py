@@ -18,7 +18,7 @@ from engram_pipelines.changes.propose import propose_change_sets
 from engram_pipelines.changes.registry import find_change_set, load_change_set, ops_by
 from engram_pipelines.changes.revert import approve_change_set
 from engram_pipelines.config import ANALYSES
-from engram_pipelines.plots import changes_by_op, markdown_image
+from engram_pipelines.plots import changes_by_op, markdown_image, top_keys
 from engram_pipelines.progress import LogProgress
 
 # The analyses whose proposals the change set gathers; each is an asset of the same name.
@@ -129,7 +129,8 @@ def change_set(
             "sample": sample_markdown(both, ["review_class", "namespace", "target_id", "op", "reason"]),
             "changes_by_namespace": dg.MetadataValue.md(
                 markdown_image(
-                    changes_by_op(ops_by(both, "namespace"), "Changes by op and namespace"), "by namespace"
+                    changes_by_op(top_keys(ops_by(both, "namespace"), 20), "Changes by op, top namespaces"),
+                    "by namespace",
                 )
             ),
             "changes_over_time": dg.MetadataValue.md(

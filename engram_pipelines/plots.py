@@ -73,6 +73,21 @@ def cluster_sizes(sizes: Sequence[int], title: str) -> bytes:
     return _png(fig)
 
 
+def top_keys(counts: dict[str, dict[str, int]], limit: int) -> dict[str, dict[str, int]]:
+    """The `limit` keys with the most changes, and one bar for all the others ("12 others"): a chart of
+    10,000 namespaces took most of a change set step's 51 s, and no one can read it."""
+    if len(counts) <= limit:
+        return counts
+    ranked = sorted(counts, key=lambda k: (-sum(counts[k].values()), k))
+    out = {k: counts[k] for k in ranked[:limit]}
+    rest: dict[str, int] = {}
+    for key in ranked[limit:]:
+        for op, n in counts[key].items():
+            rest[op] = rest.get(op, 0) + n
+    out[f"{len(ranked) - limit:,} others"] = rest
+    return out
+
+
 def changes_by_op(counts: dict[str, dict[str, int]], title: str) -> bytes:
     """Stacked bars: one bar per key (a namespace or a date), one colour per op."""
     keys = sorted(counts)

@@ -552,3 +552,13 @@ def test_a_row_edited_since_the_snapshot_is_never_archived_or_purged(store, ware
     assert store.get("m4") is None
     reasons = {t: o[1] for t, o in store.ledger(held).items() if o[0] == "skipped_concurrent_edit"}
     assert sorted(reasons.values()) == ["edited since the snapshot: an edit is evidence the row is alive"] * 2
+
+
+def test_the_namespace_chart_shows_the_top_namespaces_and_the_rest_in_one_bar():
+    from engram_pipelines.plots import top_keys
+
+    counts = {f"ns{i}": {"a": i, "b": 1} for i in range(30)}
+    top = top_keys(counts, 5)
+    assert list(top)[:5] == ["ns29", "ns28", "ns27", "ns26", "ns25"]
+    assert top["25 others"] == {"a": sum(range(25)), "b": 25}
+    assert top_keys({"x": {"a": 1}}, 5) == {"x": {"a": 1}}
