@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from engram_pipelines import records
+from engram_pipelines import jsontext, records
 from engram_pipelines.timestamps import NaiveTimestampError, format_timestamp, parse_timestamp
 
 LINE_FIELD = "<line>"  # the `field` of a reject about the whole line (invalid JSON, not an object)
@@ -595,6 +595,8 @@ def _embedding(value: Any, dim: int) -> np.ndarray:
 
 def _json_text(value: list[Any] | dict[str, Any]) -> str:
     """Compact JSON with sorted keys: one text per value, so equal metadata compares equal in the store."""
+    if jsontext.depth(value) > jsontext.MAX_DEPTH:
+        raise _Invalid(f"nests deeper than {jsontext.MAX_DEPTH} levels")
     try:
         text = _STORED_JSON.encode(value)
     except ValueError:

@@ -36,3 +36,23 @@ def _default(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+# How deep a memory's tags or metadata may nest. A change set embeds them a few levels down (patch, intents),
+# and orjson refuses to write past 254 levels: deeper metadata passed import and the snapshot, then failed the
+# night's change-set step. Import and snapshot refuse it with this one limit.
+MAX_DEPTH = 128
+
+
+def depth(value: Any) -> int:
+    """Nesting depth of a JSON value (a scalar is 0, [] and {} are 1); iterative, so any depth is measured."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            deepest = max(deepest, level)
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            deepest = max(deepest, level)
+            stack.extend((v, level + 1) for v in item)
+    return deepest

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import orjson
 import pandas as pd
 import pandera.pandas as pa
 import pyarrow as pa_arrow
 
-from engram_pipelines import records
+from engram_pipelines import jsontext, records
 
 _TS = pd.DatetimeTZDtype(unit="us", tz="UTC")
 # Text stays in Arrow on its way to pandas: no Python string per value (the conversion was a third of the
@@ -26,13 +28,18 @@ def _json_kind(expected: type) -> pa.Check:
     def check(values: pd.Series) -> pd.Series:
         def ok(text: str) -> bool:
             try:
-                return isinstance(orjson.loads(text), expected)
+                value = orjson.loads(text)
             except (TypeError, ValueError):
                 return False
+            return isinstance(value, expected) and jsontext.depth(value) <= jsontext.MAX_DEPTH
 
         return pd.Series([ok(text) for text in values], index=values.index, dtype=bool)
 
-    return pa.Check(check, name=f"json_{expected.__name__}", error=f"must be a JSON {expected.__name__}")
+    return pa.Check(
+        check,
+        name=f"json_{expected.__name__}",
+        error=f"must be a JSON {expected.__name__} nested at most {jsontext.MAX_DEPTH} levels",
+    )
 
 
 MEMORY_SNAPSHOT_SCHEMA = pa.DataFrameSchema(
@@ -83,9 +90,23 @@ class SnapshotSchemaError(ValueError):
     """A snapshot batch fails the schema as a whole (not row by row): a defect to fix, not data to quarantine."""
 
 
+_PROBLEMS_KEY = b"engram.row_problems"
+
+
+def with_row_problems(batch: pa_arrow.RecordBatch, problems: dict[int, list[str]]) -> pa_arrow.RecordBatch:
+    """`batch` carrying problems its reader found in rows it could not type (see `memory_row_problems`)."""
+    encoded = json.dumps({str(k): v for k, v in problems.items()}).encode()
+    return batch.replace_schema_metadata({**(batch.schema.metadata or {}), _PROBLEMS_KEY: encoded})
+
+
 def memory_row_problems(batch: pa_arrow.RecordBatch) -> dict[int, list[str]]:
-    """Row position -> reasons ("field: reason") for every invalid row of a snapshot batch."""
+    """Row position -> reasons ("field: reason") for every invalid row of a snapshot batch, with those the
+    store's reader found (`with_row_problems`)."""
     problems: dict[int, list[str]] = {}
+    carried = (batch.schema.metadata or {}).get(_PROBLEMS_KEY)
+    if carried:
+        for row, reasons in json.loads(carried).items():
+            problems.setdefault(int(row), []).extend(reasons)
     frame = batch.drop_columns(["embedding"]).to_pandas(types_mapper={pa_arrow.string(): _TEXT}.get)
     try:
         MEMORY_SNAPSHOT_SCHEMA.validate(frame, lazy=True)
@@ -100,7 +121,12 @@ def memory_row_problems(batch: pa_arrow.RecordBatch) -> dict[int, list[str]]:
                 raise SnapshotSchemaError(
                     f"snapshot batch: column {column!r} fails {check}: {_shown(case)}"
                 ) from exc
-            problems.setdefault(int(index), []).append(f"{column}: {_describe(check, case)}")
+            reason = f"{column}: {_describe(check, case)}"
+            if check == "not_nullable" and any(
+                r.startswith(f"{column}: ") for r in problems.get(int(index), [])
+            ):
+                continue  # the reader already said why the value is missing
+            problems.setdefault(int(index), []).append(reason)
     for position, reason in _embedding_problems(batch).items():
         problems.setdefault(position, []).append(reason)
     return problems

@@ -22,9 +22,10 @@ QUARANTINE_SAMPLE = 20
 
 
 def quarantine_schema(embedding_dim: int) -> pa.Schema:
-    return records.memory_schema(embedding_dim).append(
-        pa.field("quarantine_reason", pa.string(), nullable=False)
-    )
+    """The memory columns, every one nullable (a quarantined row may lack what a valid one must have: a
+    timestamp that could not be read is null), and the reason."""
+    fields = [f.with_nullable(True) for f in records.memory_schema(embedding_dim)]
+    return pa.schema([*fields, pa.field("quarantine_reason", pa.string(), nullable=False)])
 
 
 @dataclass
@@ -96,6 +97,7 @@ def take_snapshot(
 
 def _split(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.RecordBatch]:
     problems = memory_row_problems(batch)
+    batch = batch.replace_schema_metadata(None)  # the reader's notes are read; the files get the plain schema
     if not problems:
         empty = pa.RecordBatch.from_pylist(
             [], schema=quarantine_schema(batch.schema.field("embedding").type.list_size)
@@ -106,8 +108,9 @@ def _split(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.RecordBatch]:
     keep[bad_rows] = False
     ids = batch.column("id").take(pa.array(bad_rows)).to_pylist()
     reasons = [f"row {ids[i]!s}: " + "; ".join(problems[int(p)]) for i, p in enumerate(bad_rows)]
-    invalid = batch.take(pa.array(bad_rows)).append_column(
-        pa.field("quarantine_reason", pa.string(), nullable=False), pa.array(reasons, pa.string())
+    invalid = pa.RecordBatch.from_arrays(
+        [*batch.take(pa.array(bad_rows)).columns, pa.array(reasons, pa.string())],
+        schema=quarantine_schema(batch.schema.field("embedding").type.list_size),
     )
     return batch.filter(pa.array(keep)), invalid
 

@@ -765,3 +765,20 @@ def test_write_rejects_replaces_or_appends(tmp_path: Path) -> None:
     assert len(lines) == 2
     assert '"raw": "{\\"é\\": 1}"' in lines[0]  # readable, not \u-escaped
     assert Reject(**json.loads(lines[1])) == second
+
+
+def test_metadata_deeper_than_the_change_sets_can_carry_is_rejected(tmp_path: Path) -> None:
+    """Import and snapshot share one limit (`jsontext.MAX_DEPTH`): 200 levels passed import, then failed the
+    night's change-set step, where orjson writes at most 254."""
+    from engram_pipelines import jsontext
+
+    deep = "[" * 200 + "]" * 200
+    fine = "[" * 100 + "]" * 100
+    path = tmp_path / "deep.jsonl"
+    path.write_text(
+        f'{{"namespace": "ns", "content": "a", "created_at": "2024-01-01T00:00:00Z", "metadata": {{"x": {deep}}}}}\n'
+        f'{{"namespace": "ns", "content": "b", "created_at": "2024-01-01T00:00:00Z", "metadata": {{"x": {fine}}}}}\n'
+    )
+    result = parse_all(path)
+    assert problems(result) == [(1, "metadata", f"nests deeper than {jsontext.MAX_DEPTH} levels")]
+    assert result.rows.num_rows == 1

@@ -8,7 +8,7 @@ import pandera.pandas as pandera
 import pyarrow as pa
 import pytest
 
-from engram_pipelines import schemas
+from engram_pipelines import jsontext, schemas
 from engram_pipelines.records import memory_schema
 from engram_pipelines.snapshot import take_snapshot
 from engram_pipelines.store import open_store
@@ -24,13 +24,22 @@ _DAMAGE = {
     "m4": ("score", 1.5, "score: value 1.5 fails in_range(0.0, 1.0)"),
     "m5": ("access_count", -2, "access_count: value -2 fails greater_than_or_equal_to(0)"),
     "m6": ("content", "", "content: value '' fails str_length(1, None)"),
+    # A timestamp without its zone, or no timestamp at all: Arrow refused the whole batch, so every night failed.
+    "m7": ("created_at", "yesterday", "created_at: 'yesterday' is not a timestamp with a zone offset"),
+    "m8": (
+        "updated_at",
+        "2026-11-01T10:00:00",
+        "updated_at: '2026-11-01T10:00:00' is not a timestamp with a",
+    ),
+    # Deeper than the change sets can carry (orjson writes at most 254 levels): it failed the change-set step.
+    "m9": ("metadata", '{"a": ' + "[" * 200 + "]" * 200 + "}", "metadata: "),
 }
 
 
 def test_invalid_rows_are_quarantined_with_their_reasons_and_every_other_row_proceeds(tmp_path, warehouse):
     url = f"sqlite:///{tmp_path}/engram.db"
     with open_store(url, migrate=True) as store:
-        store.insert_memories([memory(i) for i in range(8)])
+        store.insert_memories([memory(i) for i in range(11)])
     with sqlite3.connect(tmp_path / "engram.db") as raw:
         for memory_id, (column, value, _) in _DAMAGE.items():
             raw.execute(f"UPDATE memories SET {column} = ? WHERE id = ?", (value, memory_id))
@@ -38,16 +47,17 @@ def test_invalid_rows_are_quarantined_with_their_reasons_and_every_other_row_pro
     with open_store(url) as store:
         result = take_snapshot(store, warehouse, AS_OF, batch_size=3)
 
-    assert (result.memories, result.quarantined) == (2, 6)
+    assert (result.memories, result.quarantined) == (2, 9)
     kept = warehouse.read_table("memories", AS_OF, columns=["id"])["id"].to_pylist()
-    assert kept == ["m0", "m7"]
+    assert kept == ["m0", "m10"]
     quarantine = warehouse.read_table("quarantine", AS_OF, columns=["id", "quarantine_reason"]).to_pylist()
     reasons = {row["id"]: row["quarantine_reason"] for row in quarantine}
     assert set(reasons) == set(_DAMAGE)
     for memory_id, (_, _, expected) in _DAMAGE.items():
         assert reasons[memory_id].startswith(f"row {memory_id}: {expected}"), reasons[memory_id]
+    assert reasons["m9"].endswith(f"nested at most {jsontext.MAX_DEPTH} levels")
     assert len(reasons["m3"]) < 200, "a long value is cut in its reason (the row itself is in the quarantine)"
-    assert [s["id"] for s in result.quarantine_samples] == sorted(_DAMAGE)
+    assert sorted(s["id"] for s in result.quarantine_samples) == sorted(_DAMAGE)
 
 
 def test_a_failure_of_no_row_stops_the_snapshot_instead_of_passing_the_batch(monkeypatch):

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from engram_pipelines import records
 from engram_pipelines.progress import Progress
+from engram_pipelines.schemas import with_row_problems
 from engram_pipelines.store.base import (
     BOOL_COLUMNS,
     JSON_COLUMNS,
@@ -257,17 +258,38 @@ def _memory_batch(
     cols: list[tuple], columns: list[str], schema: pa.Schema, embedding_dim: int
 ) -> pa.RecordBatch:
     arrays = []
+    problems: dict[int, list[str]] = {}
     for name, values in zip(columns, cols, strict=True):
         field = schema.field(name)
         if name == "embedding":
             arrays.append(embedding_array(values, embedding_dim))
         elif field.type == records.TIMESTAMP:
-            arrays.append(pa.array(values, type=pa.string()).cast(field.type))
+            arrays.append(_timestamps(name, values, field.type, problems))
         elif field.type == pa.bool_():
             arrays.append(pa.array([bool(v) for v in values], type=pa.bool_()))
         else:
             arrays.append(pa.array(values, type=field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return with_row_problems(batch, problems) if problems else batch
+
+
+def _timestamps(name: str, values: tuple, kind: pa.DataType, problems: dict[int, list[str]]) -> pa.Array:
+    """The column's texts as timestamps. A text written straight into the file that is no timestamp with a zone
+    ('yesterday', '2026-11-01T10:00:00') becomes null and a problem of its row (the snapshot quarantines the row
+    with the reason) instead of failing the whole store's snapshot, every night."""
+    texts = pa.array(values, type=pa.string())
+    try:
+        return texts.cast(kind)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    parsed = []
+    for row, value in enumerate(values):
+        try:
+            parsed.append(pa.scalar(value, pa.string()).cast(kind).as_py() if value is not None else None)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            parsed.append(None)
+            problems.setdefault(row, []).append(f"{name}: {value!r} is not a timestamp with a zone offset")
+    return pa.array(parsed, type=kind)
 
 
 def sqlite_path(url: str) -> Path:
