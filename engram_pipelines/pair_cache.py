@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from engram_pipelines.content_cache import discard_unreadable
 from engram_pipelines.pairs import PAIR_SCHEMA, vector_pairs
 from engram_pipelines.progress import Progress
 from engram_pipelines.warehouse import write_parquet
@@ -61,22 +62,29 @@ def cached_vector_pairs(
     settings = hashlib.sha256(f"{threshold!r}|{exact_cutoff}".encode()).hexdigest()[:12]
     path = directory / f"pairs-{settings}.parquet"
     tonight = namespace_fingerprints(vectors)
-    stored = pq.read_table(path) if path.exists() else None
-    # The fingerprints travel in the same file as the pairs (schema metadata): one atomic rename keeps the two
-    # consistent even when two runs race.
-    same = (
-        _unchanged(
-            tonight, pa.Table.from_pylist(json.loads(stored.schema.metadata[b"fingerprints"]), FINGERPRINTS)
-        )
-        if stored is not None
-        else pa.array([], pa.string())
-    )
+    stored, before = _stored(path)
+    same = _unchanged(tonight, before) if stored is not None else pa.array([], pa.string())
     changed = vectors.filter(pc.invert(pc.is_in(vectors["namespace"], value_set=same)))
     fresh, methods = vector_pairs(changed, threshold, exact_cutoff=exact_cutoff, progress=progress)
     reused = stored.filter(pc.is_in(stored["namespace"], value_set=same)) if stored is not None else None
     pairs = pa.concat_tables([t.cast(PAIR_SCHEMA) for t in (reused, fresh) if t is not None])
     write_parquet(pairs.replace_schema_metadata({"fingerprints": json.dumps(tonight.to_pylist())}), path)
     return CachedPairs(pairs, methods, len(same), tonight.num_rows - len(same))
+
+
+def _stored(path: Path) -> tuple[pa.Table | None, pa.Table | None]:
+    """The stored pairs and the fingerprints they were computed for, or (None, None) when there are none or
+    the file cannot be read (discarded: tonight's pairs replace it). The fingerprints travel in the same file
+    as the pairs (schema metadata): one atomic rename keeps the two consistent even when two runs race."""
+    if not path.exists():
+        return None, None
+    try:
+        stored = pq.read_table(path)
+        before = pa.Table.from_pylist(json.loads(stored.schema.metadata[b"fingerprints"]), FINGERPRINTS)
+    except (pa.ArrowException, OSError, KeyError, TypeError, ValueError) as error:
+        discard_unreadable(path, error)
+        return None, None
+    return stored, before
 
 
 def _unchanged(tonight: pa.Table, before: pa.Table) -> pa.Array:

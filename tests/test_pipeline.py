@@ -264,3 +264,25 @@ def test_no_merge_hides_a_row_behind_a_canonical_that_retention_archives(demo_st
         assert after[canonical][0] == "active", (
             f"{memory_id} is hidden behind {canonical} ({after[canonical][0]})"
         )
+
+
+def test_damaged_cache_files_are_discarded_and_recomputed(tmp_path: Path):
+    """A truncated or garbage cache file (vectors, pairs, contradiction features) failed every later run."""
+    url = f"sqlite:///{tmp_path}/engram.db"
+    with open_store(url, migrate=True) as store:
+        load_demo(store, size=500, seed=5, as_of=AS_OF)
+    warehouse = tmp_path / "wh"
+    first = execute_job("nightly", AS_OF, store=url, warehouse=str(warehouse), config_path=None)
+    assert first["success"], first.get("error")
+    damaged = []
+    for cache in ("embedding_cache", "pair_cache", "contradiction_features"):
+        part = sorted((warehouse / cache).rglob("*.parquet"))[0]
+        data = part.read_bytes()
+        part.write_bytes(data[: len(data) // 2] if cache != "pair_cache" else b"not parquet at all")
+        damaged.append(part)
+    again = execute_job("nightly", AS_OF, store=url, warehouse=str(warehouse), config_path=None)
+    assert again["success"], again.get("error")
+    import pyarrow.parquet as pq
+
+    for part in damaged:  # rewritten by the run, or dropped and its contents cached anew
+        assert not part.exists() or pq.read_table(part).num_rows >= 0
