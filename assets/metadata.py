@@ -8,6 +8,8 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engram_pipelines import mdtext
+
 _ARROW_TO_TYPE = {
     "string": "string",
     "large_string": "string",
@@ -46,9 +48,7 @@ def value_counts(table: pa.Table, column: str) -> dict[str, int]:
 
 
 def _cell(value: Any) -> str:
-    text = "" if value is None else str(value)
-    text = text.replace("|", "\\|").replace("\n", " ")
-    return text if len(text) <= 80 else text[:77] + "..."
+    return mdtext.inline(value, 80)
 
 
 def standard(table_schema: pa.Schema, row_count: int, **extra: Any) -> dict[str, Any]:

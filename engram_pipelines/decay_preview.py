@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from engram_pipelines import mdtext
 from engram_pipelines.config import Config
 from engram_pipelines.decay import decay_scores
 from engram_pipelines.retention import retention_moves
@@ -76,7 +77,7 @@ class DecayPreview:
             "|---|---|---|---|---|---|",
         ]
         for row in self.falling_off:
-            content = str(row["content"]).replace("|", "\\|")[:80]
+            content = mdtext.inline(row["content"], 80)
             lines.append(
                 f"| {row['id']} | {row['namespace']} | {row['score_now']:.3f} | {row['score_then']:.3f} | "
                 f"{row['would']} | {content} |"

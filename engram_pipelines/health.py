@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from engram_pipelines import mdtext
 from engram_pipelines.store import Store
 
 # One aggregate, written once, evaluated by DuckDB over the snapshot and by the store over the live rows.
@@ -198,7 +199,8 @@ class HealthReport:
         ]
         lines += ["| namespace | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
         for namespace, counts in sorted(self.after.items()):
-            lines.append(f"| {namespace} | " + " | ".join(f"{counts.get(c, 0):,.0f}" for c in cols) + " |")
+            cells = " | ".join(f"{counts.get(c, 0):,.0f}" for c in cols)
+            lines.append(f"| {mdtext.inline(namespace)} | {cells} |")
         lines += ["", "## What the run did", ""]
         lines += [f"- {line}" for line in self.what_happened()]
         lines += ["", "## Changes", ""]

@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from engram_pipelines import mdtext
 from engram_pipelines.changes.compose import REVIEWED_CLASSES
 from engram_pipelines.store import ChangeSetRecord, redact
 
@@ -109,20 +110,23 @@ def review_markdown(
         out += ["## Clusters", ""]
     for cluster_id, members in clusters.items():
         view = _view(members, memories)
-        out += [f"### {cluster_id}", "", f"- {view.hub_label} `{view.hub_id}`: {view.hub_text}"]
+        hub = f"{mdtext.inline(view.hub_id)}: {mdtext.inline(view.hub_text)}"
+        out += [f"### {mdtext.inline(cluster_id)}", "", f"- {view.hub_label} {hub}"]
         if view.tags:
-            out.append(f"- tag union onto the canonical: {', '.join(view.tags)}")
+            out.append(f"- tag union onto the canonical: {mdtext.inline(', '.join(view.tags))}")
         for row in view.members:
             out.append(
-                f"- {view.member_label} `{row['target_id']}` ({_scores(row)}; {'+'.join(row['ops'])}): "
-                f"{_content(memories, row['target_id'])}"
+                f"- {view.member_label} {mdtext.inline(row['target_id'])} ({_scores(row)}; "
+                f"{'+'.join(row['ops'])}): {mdtext.inline(_content(memories, row['target_id']))}"
             )
         out.append("")
     if rest:
         out += ["## Other changes", "", "| target | namespace | ops | reason |", "|---|---|---|---|"]
         for row in rest:
-            reason = row["reason"].replace("|", "\\|")
-            out.append(f"| `{row['target_id']}` | {row['namespace']} | {'+'.join(row['ops'])} | {reason} |")
+            reason, namespace = mdtext.inline(row["reason"]), mdtext.inline(row["namespace"])
+            out.append(
+                f"| {mdtext.inline(row['target_id'])} | {namespace} | {'+'.join(row['ops'])} | {reason} |"
+            )
         out.append("")
     commands = _commands(record, url)
     if commands:

@@ -562,3 +562,22 @@ def test_the_namespace_chart_shows_the_top_namespaces_and_the_rest_in_one_bar():
     assert list(top)[:5] == ["ns29", "ns28", "ns27", "ns26", "ns25"]
     assert top["25 others"] == {"a": sum(range(25)), "b": 25}
     assert top_keys({"x": {"a": 1}}, 5) == {"x": {"a": 1}}
+
+
+def test_reports_show_injected_content_and_namespaces_as_text():
+    """Content once rendered as raw <script> tags, headings and javascript: links, and a namespace holding a
+    pipe or a newline broke the report tables."""
+    from engram_pipelines import mdtext
+    from engram_pipelines.health import HealthReport
+
+    hostile = "<script>alert(1)</script>\n# heading [click](javascript:alert(1)) | cell"
+    shown = mdtext.inline(hostile)
+    assert "<script>" not in shown and "\n" not in shown
+    assert "[click](javascript" not in shown and "\\[click\\]" in shown and "\\|" in shown
+    counts = {"total": 1.0, "active": 1.0, "avg_importance": 0.5}
+    report = HealthReport(as_of=AS_OF, before={"a|b\nc": counts}, after={"a|b\nc": counts})
+    lines = report.markdown().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| namespace |"))
+    row = lines[header + 2]
+    assert row.startswith("| a\\|b c |")  # one row, its pipe escaped, its newline a space
+    assert row.replace("\\|", "").count("|") == lines[header].count("|")
