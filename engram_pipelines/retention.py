@@ -6,6 +6,7 @@
   read as one rule: its own sample report archives 3 of 1,247 memories); or tagged `deprecated`.
 - A row whose importance is at or above `protect_importance` is never archived by age or score alone (a
   writer said it matters: "Tom is lactose intolerant", importance 0.8, was archived on day one).
+- A canonical that rows were merged into is never archived by age or score alone: it holds their facts too.
 - Age runs from the latest of the row's creation and its promotions: a promotion restarts the clock. A row
   tonight's promotions move is not archived tonight (one write never both promotes and archives a row).
 - Archived -> PurgeQueue: archived for longer than `archive_grace_days`.
@@ -55,19 +56,23 @@ def _group_sql(config: Config, group: str, as_of: dt.datetime) -> str:
             list_contains(from_json(m.tags, '["VARCHAR"]'), '{deprecated}') AS deprecated,
             -- A writer's high importance is never overruled by age or score alone (the deprecated tag still is).
             m.importance < {r.protect_importance} AS unprotected,
-            p.id IS NOT NULL AS promoted
+            p.id IS NOT NULL AS promoted,
+            h.id IS NOT NULL AS holds_merged
         FROM memories m SEMI JOIN {group} g ON g.namespace = m.namespace
         LEFT JOIN scores s USING (id)
         LEFT JOIN promoted p USING (id)
+        -- A canonical that rows were merged into holds their facts too: archived for its age or score, the
+        -- fact would be visible in neither row.
+        LEFT JOIN (SELECT DISTINCT superseded_by AS id FROM memories WHERE superseded_by IS NOT NULL) h USING (id)
         WHERE m.kind <> 'block' AND m.superseded_by IS NULL
     ),
     legs AS (
         SELECT *,
             -- seed 000's prune, as an archive
-            unprotected AND decay_score < {r.archive_score_threshold} AND age > {r.archive_older_than_days}
-                AS low_score,
+            unprotected AND NOT holds_merged AND decay_score < {r.archive_score_threshold}
+                AND age > {r.archive_older_than_days} AS low_score,
             -- seed 004's criteria read as one rule: old, never accessed and unimportant
-            unprotected AND age > {r.archive_age_days} AND access_count = 0
+            unprotected AND NOT holds_merged AND age > {r.archive_age_days} AND access_count = 0
                 AND importance < {r.archive_max_importance} AS unused,
             -- One write never both promotes and archives a row: tonight's promotion wins.
             zone = 'active' AND NOT promoted AS may_archive

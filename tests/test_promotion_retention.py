@@ -196,3 +196,19 @@ def test_pinned_blocks_and_superseded_rows_are_exempt():
         ]
     )
     assert {k: v["to_zone"] for k, v in got.items()} == {"m2": "active"}
+
+
+def test_a_canonical_holding_merged_rows_is_not_archived_for_its_age():
+    """Retention archived canonicals whose duplicates were already superseded into them: the fact was visible in
+    neither row."""
+    got = _moves(
+        [
+            {"created_at": days_ago(58), "importance": 0.2},  # a canonical
+            {"created_at": days_ago(58), "importance": 0.2, "superseded_by": "m0"},
+            {"created_at": days_ago(58), "importance": 0.2},  # holds nothing: archived
+            {"created_at": days_ago(58), "importance": 0.2, "tags": ["deprecated"], "id": "m3"},
+            {"created_at": days_ago(58), "superseded_by": "m3", "id": "m4"},
+        ],
+        Config.model_validate({"decay": {"policy": "halflife"}}),
+    )
+    assert {k: v["rule"] for k, v in got.items()} == {"m2": "low_score", "m3": "deprecated"}

@@ -134,6 +134,14 @@ def test_recall_shows_a_semantic_node_and_not_the_source_whose_text_it_carries(s
     assert store.recall("ns1") == ["m1", "m2", "m4"]
 
 
+def test_a_pinned_row_is_in_recall_even_when_superseded(store):
+    store.insert_memories([memory(1), memory(2, superseded_by="m1")])
+    assert store.recall("ns1") == ["m1"]
+    store.set_pinned("m2", store.get("m2")["version"], True)  # an agent pins what a merge hid
+    assert store.recall("ns1") == ["m1", "m2"]
+    assert store.recall("ns1", zones=("active", "archived")) == ["m1", "m2"]
+
+
 def test_streamed_batches_cover_every_row(store):
     store.insert_memories([memory(i) for i in range(25)])
     batches = list(store.iter_memory_batches(10, 384))

@@ -322,7 +322,7 @@ class Store(ABC):
         else:
             marks = ", ".join("?" for _ in zones)
             rows = self.query(
-                "SELECT id FROM memories m WHERE namespace = ? AND superseded_by IS NULL "
+                "SELECT id FROM memories m WHERE namespace = ? AND (superseded_by IS NULL OR pinned) "
                 f"AND zone IN ({marks}) AND NOT {CARRIED_BY_A_NODE} ORDER BY id",
                 [namespace, *zones],
             )

@@ -279,6 +279,22 @@ def _recall_without_carried_rows() -> tuple[str, ...]:
     )
 
 
+def _pinned_rows_recall() -> tuple[str, ...]:
+    """Version 4: a pinned row is in recall even when it is superseded (pinning makes a row visible).
+
+    A pin is a guarantee that a row stays: pinned after a merge hid it, it stayed hidden. Archived pinned rows
+    come back to Active through retention's next night; a supersede is not undone by a write, so the view shows
+    the pinned row beside its canonical."""
+    return (
+        "DROP VIEW recall_memories",
+        f"""
+        CREATE VIEW recall_memories AS
+            SELECT * FROM memories m
+            WHERE (m.superseded_by IS NULL OR m.pinned) AND m.zone = 'active' AND NOT {CARRIED_BY_A_NODE}
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1, "memories, links, audit log, change sets, ledger, recall view", _SQLITE_INITIAL, _POSTGRES_INITIAL
@@ -294,6 +310,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         "recall view leaves out a row whose exact text a visible semantic node derived from it carries",
         _recall_without_carried_rows(),
         _recall_without_carried_rows(),
+    ),
+    Migration(
+        4, "a pinned row is in recall even when superseded", _pinned_rows_recall(), _pinned_rows_recall()
     ),
 )
 
