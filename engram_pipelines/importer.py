@@ -255,6 +255,8 @@ class _LineParser:
         self.default_namespace = default_namespace
         self.embedding_dim = embedding_dim
         self.first_line_of_id: dict[str, int] = {}
+        # id -> (namespace, superseded_by) of the valid lines so far: a supersede is checked against them.
+        self.accepted: dict[str, tuple[str, str | None]] = {}
 
     def parse(self, number: int, data: bytes, batch: _Batch) -> None:
         batch.lines_read += 1
@@ -275,9 +277,34 @@ class _LineParser:
         memory_id, memory = _read_memory(fields, self.default_namespace, self.embedding_dim)
         if memory_id is not None:
             self._check_duplicate(memory_id, number, fields)
+        if memory is not None and memory.superseded_by is not None:
+            self._check_supersede(memory, fields)
         if fields.problems or memory is None:  # no memory means a problem was reported
             return fields.problems
+        self.accepted[memory.id] = (memory.namespace, memory.superseded_by)
         return memory
+
+    def _check_supersede(self, memory: _Memory, fields: _FieldReader) -> None:
+        """A row superseded by itself, by a row of another namespace, or in a cycle with the rows before it
+        would be hidden for good (recall shows neither side of a cycle)."""
+        target = memory.superseded_by
+        if target == memory.id:
+            fields.problem("superseded_by", "names the memory itself")
+            return
+        if target in self.accepted and self.accepted[target][0] != memory.namespace:
+            fields.problem(
+                "superseded_by", f"{target!r} is in another namespace ({self.accepted[target][0]!r})"
+            )
+            return
+        seen = {memory.id}
+        while target is not None and target in self.accepted:
+            if target in seen:
+                fields.problem("superseded_by", f"makes a cycle of supersedes through {target!r}")
+                return
+            seen.add(target)
+            target = self.accepted[target][1]
+        if target == memory.id:
+            fields.problem("superseded_by", "makes a cycle of supersedes back to this memory")
 
     def _check_duplicate(self, memory_id: str, number: int, fields: _FieldReader) -> None:
         first = self.first_line_of_id.setdefault(memory_id, number)

@@ -782,3 +782,25 @@ def test_metadata_deeper_than_the_change_sets_can_carry_is_rejected(tmp_path: Pa
     result = parse_all(path)
     assert problems(result) == [(1, "metadata", f"nests deeper than {jsontext.MAX_DEPTH} levels")]
     assert result.rows.num_rows == 1
+
+
+def test_supersede_cycles_self_references_and_other_namespaces_are_rejected(tmp_path: Path) -> None:
+    """Each would hide a row for good: recall shows neither side of a cycle."""
+    base = '"content": "x", "created_at": "2024-01-01T00:00:00Z"'
+    path = tmp_path / "supersede.jsonl"
+    path.write_text(
+        f'{{"id": "a", "namespace": "ns", {base}, "superseded_by": "b"}}\n'
+        f'{{"id": "b", "namespace": "ns", {base}, "superseded_by": "a"}}\n'
+        f'{{"id": "c", "namespace": "ns", {base}, "superseded_by": "c"}}\n'
+        f'{{"id": "d", "namespace": "other", {base}, "superseded_by": "e"}}\n'
+        f'{{"id": "e", "namespace": "ns", {base}}}\n'
+        f'{{"id": "f", "namespace": "other", {base}, "superseded_by": "e"}}\n'
+        f'{{"id": "g", "namespace": "ns", {base}, "superseded_by": "e"}}\n'
+    )
+    result = parse_all(path)
+    assert problems(result) == [
+        (2, "superseded_by", "makes a cycle of supersedes back to this memory"),
+        (3, "superseded_by", "names the memory itself"),
+        (6, "superseded_by", "'e' is in another namespace ('ns')"),
+    ]
+    assert sorted(result.rows["id"].to_pylist()) == ["a", "d", "e", "g"]
