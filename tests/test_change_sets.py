@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -581,3 +582,39 @@ def test_reports_show_injected_content_and_namespaces_as_text():
     row = lines[header + 2]
     assert row.startswith("| a\\|b c |")  # one row, its pipe escaped, its newline a space
     assert row.replace("\\|", "").count("|") == lines[header].count("|")
+
+
+def test_an_altered_change_set_is_neither_approved_nor_applied(store, warehouse):
+    """Rewriting a row of a stored set (another target, a patch hiding a pinned row, no intents) applied it
+    before; a truncated file was approved."""
+    import pyarrow.compute as pc
+
+    from engram_pipelines.changes.registry import ChangeSetAltered, find_change_set
+    from engram_pipelines.changes.revert import approve_change_set
+
+    store.insert_memories([memory(1), memory(2), memory(3, pinned=True)])
+    cs = propose(
+        store, warehouse, [intent("m1", "move_zone", to="archived", **{"from": "active"})], klass="auto"
+    )
+    path = Path(find_change_set(store, cs).path)
+    original = path.read_bytes()
+    table = pq.read_table(path)
+    forged = table.set_column(
+        table.schema.get_field_index("target_id"),
+        "target_id",
+        pc.replace_substring(table["target_id"], "m1", "m3"),
+    ).set_column(table.schema.get_field_index("intents"), "intents", pa.array(["[]"] * table.num_rows))
+    pq.write_table(forged.replace_schema_metadata(table.schema.metadata), path)
+    with pytest.raises(ChangeSetAltered, match="altered after it was proposed"):
+        apply_change_set(store, cs)
+    assert store.get("m3")["zone"] == "active" and store.get("m1")["zone"] == "active"
+    path.write_bytes(original[: len(original) // 2])
+    with pytest.raises(ChangeSetAltered, match="cannot be read"):
+        apply_change_set(store, cs)
+    path.write_bytes(original)
+    assert apply_change_set(store, cs).applied == 1  # the plan as proposed applies
+    gated = propose(store, warehouse, [intent("m2", "supersede", klass="gated", by="m1")], klass="gated")
+    gated_path = Path(find_change_set(store, gated).path)
+    gated_path.write_bytes(gated_path.read_bytes()[:100])
+    with pytest.raises(ChangeSetAltered):
+        approve_change_set(store, gated, actor="test")

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from engram_pipelines import jsontext
 from engram_pipelines.changes.compose import REVIEWED_CLASSES
 from engram_pipelines.changes.intents import Ineligible, Intent, check_eligible, diff, fold, hides
-from engram_pipelines.changes.registry import find_change_set, read_changes
+from engram_pipelines.changes.registry import find_change_set, read_changes, verify_change_set
 from engram_pipelines.progress import Progress, SilentProgress
 from engram_pipelines.store import ChangeSetRecord, Guard, LinkWrite, MemoryWrite, Outcome, Store
 from engram_pipelines.timestamps import end_of_day, utc_now
@@ -90,6 +90,7 @@ def apply_change_set(
             f"change set {change_set_id} is review-gated and not approved: inspect it with "
             f"`engram-pipelines changes show {change_set_id}`, then `engram-pipelines approve {change_set_id}`"
         )
+    verify_change_set(record)  # what is applied is the plan that was proposed (and approved)
     with store.exclusive_apply():
         return _apply(store, record, actor, batch_size, progress or SilentProgress())
 

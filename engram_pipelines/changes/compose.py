@@ -349,5 +349,29 @@ def _finish(parts: list[pa.Table], *, as_of: dt.date, job: str, klass: str) -> p
     )
 
 
+def altered_changes(table: pa.Table) -> list[str]:
+    """Target ids of the changes whose content no longer hashes to their stored `change_id`, and "<set>" when
+    the changes no longer hash to the set's id (a change added, dropped or reordered): a stored plan is what
+    gets applied, or nothing is."""
+    recomputed = _address(table.select(_UNADDRESSED.names).cast(_UNADDRESSED))
+    stored = table.sort_by(
+        [("namespace", "ascending"), ("target_kind", "ascending"), ("target_id", "ascending")]
+    )
+    bad = [
+        target
+        for target, mine, theirs in zip(
+            stored["target_id"].to_pylist(),
+            recomputed["change_id"].to_pylist(),
+            stored["change_id"].to_pylist(),
+            strict=True,
+        )
+        if mine != theirs
+    ]
+    digest = hashlib.sha256("".join(table["change_id"].to_pylist()).encode()).hexdigest()[:10]
+    if not (table.schema.metadata or {}).get(b"change_set_id", b"").decode().endswith(digest):
+        bad.append("<set>")
+    return bad
+
+
 def change_set_id_of(table: pa.Table) -> str:
     return (table.schema.metadata or {})[b"change_set_id"].decode()

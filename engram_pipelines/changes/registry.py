@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engram_pipelines.changes.compose import CHANGE_SCHEMA, change_set_id_of
+from engram_pipelines.changes.compose import CHANGE_SCHEMA, altered_changes, change_set_id_of
 from engram_pipelines.store import ChangeSetRecord, Store
 from engram_pipelines.warehouse import Warehouse, write_parquet
 
@@ -115,6 +115,34 @@ def read_changes(
     schema = CHANGE_SCHEMA if read is None else pa.schema([CHANGE_SCHEMA.field(c) for c in read])
     filters = [("op", "=", op)] if op is not None else None
     return pq.read_table(record.path, columns=columns, schema=schema, filters=filters)
+
+
+class ChangeSetAltered(ChangeSetNotFound):
+    """The stored file is not the plan that was proposed (unreadable, or changed since)."""
+
+
+def verify_change_set(record: ChangeSetRecord) -> None:
+    """The set's file, read whole, still hashes to its content-addressed ids; else ChangeSetAltered naming
+    what differs. Checked at approve and at apply: a rewritten row (another target, a patch into another
+    namespace, no intents) applied 35 changes before."""
+    try:
+        table = pq.read_table(record.path, schema=CHANGE_SCHEMA)
+    except (pa.ArrowException, OSError) as error:
+        raise ChangeSetAltered(
+            f"change set {record.change_set_id}: its file {record.path} cannot be read: {error}"
+        ) from None
+    table = table.replace_schema_metadata(pq.read_schema(record.path).metadata)
+    if table.num_rows != record.total:
+        raise ChangeSetAltered(
+            f"change set {record.change_set_id} holds {table.num_rows} changes, registered with {record.total}"
+        )
+    altered = altered_changes(table) if table.num_rows else []
+    if altered or not table.schema.metadata or change_set_id_of(table) != record.change_set_id:
+        shown = ", ".join(altered[:5]) or "its id"
+        raise ChangeSetAltered(
+            f"change set {record.change_set_id} was altered after it was proposed ({len(altered)} changes no "
+            f"longer match their content-addressed ids: {shown}); nothing applied. Propose it again."
+        )
 
 
 def load_change_set(

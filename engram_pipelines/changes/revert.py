@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from engram_pipelines.changes.registry import find_change_set
+from engram_pipelines.changes.registry import find_change_set, verify_change_set
 from engram_pipelines.records import WRITABLE_COLUMNS
 from engram_pipelines.store import LinkWrite, MemoryWrite, Outcome, Store
 from engram_pipelines.timestamps import format_timestamp, utc_now
@@ -38,6 +38,7 @@ def approve_change_set(store: Store, change_set_id: str, *, actor: str) -> None:
         raise ValueError(
             f"change set {change_set_id} is {record.status}; only a proposed set can be approved"
         )
+    verify_change_set(record)  # what is approved is the plan that was proposed
     store.update_change_set(change_set_id, status="approved", approved_at=utc_now(), approved_by=actor)
 
 
