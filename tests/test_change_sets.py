@@ -618,3 +618,18 @@ def test_an_altered_change_set_is_neither_approved_nor_applied(store, warehouse)
     gated_path.write_bytes(gated_path.read_bytes()[:100])
     with pytest.raises(ChangeSetAltered):
         approve_change_set(store, gated, actor="test")
+
+
+def test_a_change_set_made_with_a_relative_warehouse_is_found_from_another_folder(
+    store, tmp_path, monkeypatch
+):
+    from engram_pipelines.changes.registry import find_change_set
+    from engram_pipelines.warehouse import Warehouse
+
+    store.insert_memories([memory(1)])
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(tmp_path / "run")
+    cs = propose(store, Warehouse("wh"), [intent("m1", "mark_stale", score=0.1)])
+    monkeypatch.chdir(tmp_path)
+    assert Path(find_change_set(store, cs).path).is_absolute()
+    assert apply_change_set(store, cs).applied == 1

@@ -77,7 +77,7 @@ def store_change_set(
         job=meta["job"],
         review_class=meta["review_class"],
         status="proposed",
-        path=str(path),
+        path=str(path.resolve()),  # a command run from another folder finds it
         config_fingerprint=config_fingerprint,
         total=table.num_rows,
         counts={**counts_of(table), **(notes or {})},
