@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -71,8 +72,9 @@ def informativeness(content: str) -> int:
 
 
 def _reports_a_conversation_act(text: str) -> bool:
-    """ "Tim advised John to ...", "Dave is supportive of Calvin's career": an act word among the three words
-    after the subject, and a name within the two words after it (who the act was toward)."""
+    """Does the statement report an act toward someone ("Tim advised John to ...", "Dave is supportive of
+    Calvin's career")? An act word among the three words after the subject, and a name among the three words
+    after it (linking words such as "of" and "about" aside): whom the act was toward."""
     tokens = _TOKEN.findall(text)
     acts = _conversation_acts()
     for position in range(1, min(4, len(tokens))):
@@ -82,15 +84,20 @@ def _reports_a_conversation_act(text: str) -> bool:
 
 
 @cache
+def _word_lists() -> dict[str, Any]:
+    return yaml.safe_load(WORDS_PATH.read_text())
+
+
+@cache
 def _conversation_acts() -> frozenset[str]:
-    return frozenset(map(_base, yaml.safe_load(WORDS_PATH.read_text())["conversation_acts"].split()))
+    return frozenset(map(_base, _word_lists()["conversation_acts"].split()))
 
 
 @cache
 def _vocabulary() -> tuple[tuple[int, int], frozenset[str], frozenset[str]]:
     """((min content words of a statement, of an utterance's sentence), every listed word, the contractions),
     words as `_base` forms, from the shipped lists."""
-    data = yaml.safe_load(WORDS_PATH.read_text())
+    data = _word_lists()
     words = [w for group in ("pleasantries", "generic", "contractions") for w in data[group].split()]
     contractions = data["contractions"].split()
     minimum = (int(data["min_content_words"]), int(data["min_content_words_in_utterance"]))
