@@ -44,6 +44,7 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         from engram_pipelines.changes.apply import ChangeSetStateError, ReviewRequired
         from engram_pipelines.changes.registry import ChangeSetNotFound
         from engram_pipelines.changes.revert import RestoreError
+        from engram_pipelines.jobrunner import WarehouseBusy
 
         try:
             try:
@@ -55,6 +56,7 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 ReviewRequired,
                 ChangeSetStateError,
                 RestoreError,
+                WarehouseBusy,
                 FileNotFoundError,
                 ValueError,
             ) as exc:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
 import importlib
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +66,49 @@ def code_location_module(workspace: Path = Path("workspace.yaml")) -> str:
     return DEFAULT_CODE_LOCATION
 
 
+class WarehouseBusy(RuntimeError):
+    """Another run is using the warehouse."""
+
+
+@contextlib.contextmanager
+def run_lock(warehouse: Path, job: str, as_of: dt.date) -> Iterator[None]:
+    """One run at a time per warehouse. Two runs started together wrote the same partitions and both failed
+    (`quarantine/as_of=...tmp`); the second now stops at once, naming the first. The lock is the operating
+    system's (flock), so a run that dies releases it."""
+    path = Path(warehouse) / "runs" / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another run"
+            raise WarehouseBusy(
+                f"{holder} is using the warehouse {warehouse}: wait for it to finish (or stop it), then run again"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(
+            f"{job} for {as_of} (pid {os.getpid()}, since {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC)"
+        )
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def execute_job(
     job: str, as_of: dt.date, *, store: str, warehouse: str, config_path: str | None, log_level: str = "INFO"
+) -> dict[str, Any]:
+    with run_lock(Path(warehouse), job, as_of):
+        return _execute_job(
+            job, as_of, store=store, warehouse=warehouse, config_path=config_path, log_level=log_level
+        )
+
+
+def _execute_job(
+    job: str, as_of: dt.date, *, store: str, warehouse: str, config_path: str | None, log_level: str
 ) -> dict[str, Any]:
     import dagster as dg
 

@@ -301,3 +301,18 @@ def test_bad_settings_are_refused_at_start_in_one_line(tmp_path, monkeypatch, te
     assert code != 0 and named in out and "Traceback" not in out
     code, out = run("run", "--config", str(config), "--store", url, "--json")
     assert code != 0 and named in json.loads(out)["error"]  # under --json the error is JSON too
+
+
+def test_a_second_run_on_a_busy_warehouse_stops_at_once_naming_the_first(tmp_path):
+    """Two runs started together wrote the same partitions and both failed."""
+    from engram_pipelines.jobrunner import run_lock
+    from tests.conftest import AS_OF
+
+    url = f"sqlite:///{tmp_path}/engram.db"
+    run("init", "--store", url)
+    warehouse = tmp_path / "wh"
+    with run_lock(warehouse, "nightly", AS_OF):
+        code, out = run("run", "--as-of", AS_OF.isoformat(), "--store", url, "--warehouse", str(warehouse))
+    assert code != 0 and f"nightly for {AS_OF}" in out and "is using the warehouse" in out
+    code, out = run("run", "--store", url, "--warehouse", str(warehouse), "--json")
+    assert code == 0 and json.loads(out)["success"]  # released: the next run proceeds
