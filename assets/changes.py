@@ -81,9 +81,11 @@ def _job(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext) -> s
     owners=["team:data-platform"],
     description=(
         "The analyses' proposals composed into change sets: one CAS-guarded write per row, only transitions, "
-        "content-addressed (the same snapshot and config give the same change set). Two sets per run: "
-        "`auto` (applied by the nightly job) and `gated` (merges, compression, supersede: applied only after "
-        "`engram-pipelines approve`). Stored as Parquet under change_sets/ and registered in the store."
+        "content-addressed (the same snapshot and config give the same change set). Three sets per run: "
+        "`auto` (applied by the nightly job), `gated` (merges, compression, supersede: applied only after "
+        "`engram-pipelines approve`) and `held` (what the volume guard held back: a night that would hide more "
+        "than review.max_hidden_fraction of a namespace). The analysis switches (config `analyses`) apply here. "
+        "Stored as Parquet under change_sets/ and registered in the store."
     ),
 )
 def change_set(
