@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from engram_pipelines.store import Store
 from engram_pipelines.timestamps import format_timestamp
@@ -58,14 +60,24 @@ def _state(row: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def _readable(path: Path) -> bool:
+    """A set file that is missing or damaged is left out (explain shows what it can; apply refuses it)."""
+    try:
+        pq.read_metadata(path)
+    except (OSError, pa.ArrowException):
+        return False
+    return True
+
+
 def _changes_touching(store: Store, memory_id: str) -> list[dict[str, Any]]:
     """Every stored change on this memory, or whose patch names it (a canonical, a contradiction partner)."""
     records = {r.change_set_id: r for r in store.list_change_sets()}
-    paths = [r.path for r in records.values() if Path(r.path).exists()]
+    paths = [r.path for r in records.values() if _readable(Path(r.path))]
     if not paths:
         return []
     con = duckdb.connect()
-    files = "[" + ", ".join(f"'{p}'" for p in paths) + "]"
+    # Quotes in a path are doubled: a warehouse under "O'Brien's files" is a path like any other.
+    files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
     rows = con.execute(
         f"""
         SELECT change_set_id, change_id, target_id, ops, reason, evidence, patch, cluster_id
@@ -73,7 +85,8 @@ def _changes_touching(store: Store, memory_id: str) -> list[dict[str, Any]]:
         WHERE target_id = ? OR contains(patch, ?) OR contains(intents, ?)
         ORDER BY change_set_id, change_id
         """,
-        [memory_id, f'"{memory_id}"', f'"{memory_id}"'],
+        # The id as the JSON texts hold it (a `"` in it is escaped there).
+        [memory_id, json.dumps(memory_id, ensure_ascii=False), json.dumps(memory_id, ensure_ascii=False)],
     ).fetchall()
     ledgers: dict[str, dict[str, tuple[str, str | None]]] = {}
     out = []

@@ -294,6 +294,20 @@ def test_explain_tells_the_lifecycle(store, warehouse):
     assert explain_memory(store, "m2")["changes"][0]["role"] == "referenced"
 
 
+def test_explain_finds_an_id_with_a_quote_under_a_path_with_an_apostrophe(store, tmp_path):
+    from engram_pipelines.changes.registry import find_change_set
+    from engram_pipelines.warehouse import Warehouse
+
+    store.insert_memories([memory('say "hi"'), memory(2)])
+    warehouse = Warehouse(tmp_path / "O'Brien's warehouse")
+    cs = propose(store, warehouse, [intent('say "hi"', "supersede", by="m2")])
+    damaged = propose(store, warehouse, [intent("m2", "mark_stale", score=0.1)])
+    Path(find_change_set(store, damaged).path).write_bytes(b"not parquet")  # left out, no crash
+    story = explain_memory(store, 'say "hi"')
+    assert [c["change_set_id"] for c in story["changes"]] == [cs]
+    assert explain_memory(store, "m2")["changes"][0]["role"] == "referenced"
+
+
 HIDING_INTENTS = [
     ("mark_stale", {"score": 0.1}, {}),
     ("move_zone", {"from": "active", "to": "archived"}, {}),
