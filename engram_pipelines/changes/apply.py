@@ -24,7 +24,15 @@ import pyarrow.compute as pc
 
 from engram_pipelines import jsontext
 from engram_pipelines.changes.compose import REVIEWED_CLASSES
-from engram_pipelines.changes.intents import Ineligible, Intent, check_eligible, diff, fold, hides
+from engram_pipelines.changes.intents import (
+    Ineligible,
+    Intent,
+    check_eligible,
+    diff,
+    fold,
+    hide_by_neglect,
+    hides,
+)
 from engram_pipelines.changes.registry import find_change_set, read_changes, verify_change_set
 from engram_pipelines.progress import Progress, SilentProgress
 from engram_pipelines.store import ChangeSetRecord, Guard, LinkWrite, MemoryWrite, Outcome, Store
@@ -205,13 +213,16 @@ class _Context:
         justified by neglect (archive, queue for purge, purge) is not re-derived when someone other than the
         pipeline edited the row since the snapshot: the edit is evidence the row is alive."""
         fresh = self.store.read_memories([row["target_id"] for row in misses])
-        edited = self._edited_since_snapshot(misses, fresh)
+        intents_of = {c["change_id"]: [Intent(**i) for i in jsontext.loads(c["intents"])] for c in misses}
+        edited = self._edited_since_snapshot(
+            [c for c in misses if hide_by_neglect(intents_of[c["change_id"]])], fresh
+        )
         outcomes: list[Outcome] = []
         second: list[MemoryWrite] = []
         for change in misses:
             row = fresh.get(change["target_id"])
-            intents = [Intent(**i) for i in jsontext.loads(change["intents"])]
-            if change["change_id"] in edited and any(_by_neglect(i) for i in intents):
+            intents = intents_of[change["change_id"]]
+            if change["change_id"] in edited:
                 outcomes.append(
                     Outcome(
                         change["change_id"],
@@ -257,6 +268,8 @@ class _Context:
     ) -> set[str]:
         """Change ids whose row moved past its snapshot version by more than the pipeline's own writes (an
         agent's edit, or another writer's), whatever the edit was."""
+        if not misses:
+            return set()
         written = self.store.pipeline_versions([m["target_id"] for m in misses])
         out = set()
         for change in misses:
@@ -286,13 +299,6 @@ class _Context:
             LinkWrite(change["change_id"], change["op"], jsontext.loads(change["patch"])) for change in chunk
         ]
         self.store.write_links(writes, actor=self.actor, change_set_id=self.change_set_id, at=self.at)
-
-
-def _by_neglect(intent: Intent) -> bool:
-    """An op justified by neglect (decay and retention: the row was not used), not by what the row says."""
-    return intent.op == "purge" or (
-        intent.op == "move_zone" and intent.params.get("to") in ("archived", "purge_queue")
-    )
 
 
 def _op_name(change: dict[str, Any]) -> str:

@@ -84,6 +84,13 @@ def hides(intents: list[Intent]) -> bool:
     return bool(_hiding(intents))
 
 
+def hide_by_neglect(intents: list[Intent]) -> bool:
+    """Whether these intents hide or delete their row because it was not used (an archive, a move to the purge
+    queue, a purge: decay and retention), not because of what it says: an edit since the snapshot overrules
+    them (`apply`)."""
+    return bool((_hiding(intents) & ACCESS_SENSITIVE_OPS) - {"mark_stale"})
+
+
 def check_eligible(intents: list[Intent], row: dict[str, Any] | None, guard: dict[str, Any]) -> None:
     """Raise Ineligible when `row` (fresh from the store) no longer qualifies for these intents.
 
