@@ -9,26 +9,31 @@ projects tonight's collapses and zone moves) read only what the night applies it
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.config import ANALYSES, Config
+from engram_pipelines.config import ANALYSES, AnalysisSwitch, Config
 
 
-def _namespaces_where(
-    config: Config, analysis: str, namespaces: pa.ChunkedArray | pa.Array, keep
-) -> pa.Array:
-    """The namespaces among `namespaces` whose effective switch for `analysis` satisfies `keep`."""
+def _switch_of(
+    config: Config, analysis: str, namespaces: pa.ChunkedArray | pa.Array
+) -> dict[str, AnalysisSwitch]:
+    """Each namespace among `namespaces` -> its effective switch for `analysis` (one config merge per group
+    of namespaces with the same overrides)."""
     names = pc.unique(namespaces).to_pylist()
     if not config.namespaces:  # one switch for every namespace
-        return pa.array(names if keep(config.switch(analysis)) else [], pa.string())
-    kept = [
-        name
+        return dict.fromkeys(names, config.switch(analysis))
+    return {
+        name: effective.switch(analysis)
         for effective, group in config.namespace_groups(names, "analyses")
-        if keep(effective.switch(analysis))
         for name in group
-    ]
-    return pa.array(kept, pa.string())
+    }
+
+
+def _where(switches: dict[str, AnalysisSwitch], keep: Callable[[AnalysisSwitch], bool]) -> pa.Array:
+    return pa.array([name for name, switch in switches.items() if keep(switch)], pa.string())
 
 
 def switched_intents(config: Config, analysis: str, intents: pa.Table) -> pa.Table:
@@ -37,10 +42,10 @@ def switched_intents(config: Config, analysis: str, intents: pa.Table) -> pa.Tab
         raise ValueError(f"unknown analysis {analysis!r}")
     if intents.num_rows == 0:
         return intents
-    enabled = _namespaces_where(config, analysis, intents["namespace"], lambda s: s.enabled)
-    out = intents.filter(pc.is_in(intents["namespace"], enabled))
+    switches = _switch_of(config, analysis, intents["namespace"])
+    out = intents.filter(pc.is_in(intents["namespace"], _where(switches, lambda s: s.enabled)))
     for klass in ("auto", "gated"):
-        chosen = _namespaces_where(config, analysis, out["namespace"], lambda s, k=klass: s.review_class == k)
+        chosen = _where(switches, lambda s, k=klass: s.review_class == k)
         if len(chosen):
             mask = pc.is_in(out["namespace"], chosen)
             column = pc.if_else(mask, pa.scalar(klass), out["review_class"])
@@ -52,9 +57,8 @@ def applied_tonight(config: Config, analysis: str, table: pa.Table, column: str 
     """The rows of `analysis`'s result whose namespace has it enabled and not put behind review."""
     if table.num_rows == 0:
         return table
-    live = _namespaces_where(
-        config, analysis, table[column], lambda s: s.enabled and s.review_class != "gated"
-    )
+    switches = _switch_of(config, analysis, table[column])
+    live = _where(switches, lambda s: s.enabled and s.review_class != "gated")
     return table.filter(pc.is_in(table[column], live))
 
 

@@ -28,8 +28,9 @@ def propose_change_sets(
 ) -> tuple[dict[str, tuple[ChangeSetRecord, pa.Table]], list[dict]]:
     """(review class -> (registered record, change table) for the proposals of `sources`, what the volume
     guard held for review: `guard.hold_for_review`; recorded on the gated set's counts as `held_for_review`)."""
-    memories = warehouse.read_table("memories", as_of, columns=SNAPSHOT_COLUMNS)
-    intents, held = guarded_intents(warehouse, as_of, sources, config)
+    # One read of the snapshot serves the guard (namespaces, zones) and compose (the rows it folds).
+    memories = warehouse.read_table("memories", as_of, columns=[*SNAPSHOT_COLUMNS, "namespace"])
+    intents, held = guarded_intents(warehouse, as_of, sources, config, memories)
     if job == "consolidate":
         # The consolidate job proposes what waits for review; the auto class is the nightly's to apply (a
         # consolidate's auto set was left proposed forever).
@@ -55,11 +56,19 @@ def propose_change_sets(
 
 
 def guarded_intents(
-    warehouse: Warehouse, as_of: dt.date, sources: list[str], config: Config
+    warehouse: Warehouse,
+    as_of: dt.date,
+    sources: list[str],
+    config: Config,
+    memories: pa.Table | None = None,
 ) -> tuple[pa.Table, list[dict]]:
-    """The night's intents through the switches and the volume guard (`guard.hold_for_review`), and what it held."""
-    visible = warehouse.read_table("memories", as_of, columns=["id", "namespace", "zone", "superseded_by"])
-    return hold_for_review(proposed_intents(warehouse, as_of, sources, config), visible, config.review)
+    """The night's intents through the switches and the volume guard (`guard.hold_for_review`), and what it
+    held. `memories`: the snapshot with at least id, namespace, zone and superseded_by (read if not given)."""
+    if memories is None:
+        memories = warehouse.read_table(
+            "memories", as_of, columns=["id", "namespace", "zone", "superseded_by"]
+        )
+    return hold_for_review(proposed_intents(warehouse, as_of, sources, config), memories, config.review)
 
 
 def proposed_intents(warehouse: Warehouse, as_of: dt.date, sources: list[str], config: Config) -> pa.Table:
