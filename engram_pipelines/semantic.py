@@ -488,8 +488,7 @@ class _Run:
         row = self.facts.get(memory_id)
         if row is None or row["zone"] == "purge_queue":
             return False
-        by = row["superseded_by"]
-        return by is None or by not in self.partners.get(memory_id, ())
+        return not _replaced(memory_id, row["superseded_by"], self.partners)
 
     def contexts(self, ids: Sequence[str]) -> int:
         return len({self.facts[i]["context"] for i in ids if i in self.facts})
@@ -575,12 +574,10 @@ def semantic_extraction(
     facts = memory_facts(memories)
     run = _start_run(facts, memories, links, vectors, cfg, at)
     episodic = facts.filter(pc.equal(facts["kind"], "episodic"))
-    candidates = _seeds(episodic, pairs, cfg.cluster_similarity_threshold, fading, run.partners)
+    close = pairs.filter(pc.greater_equal(pairs["score"], cfg.cluster_similarity_threshold))
+    candidates = _seeds(episodic, close, fading, run.partners)
     clusters = coherent_clusters(
-        _repeating(pairs, candidates, cfg.cluster_similarity_threshold),
-        candidates,
-        cfg.cluster_similarity_threshold,
-        prefix="sem",
+        _repeating(close, candidates), candidates, cfg.cluster_similarity_threshold, prefix="sem"
     )
     run.facts.update(rows_by_id(facts, {m for c in clusters for m in c.members} - run.facts.keys()))
     for cluster in clusters:
@@ -593,27 +590,27 @@ def semantic_extraction(
     return _result_table(works, run.rejects, cfg), _intents(works, run)
 
 
+def _replaced(memory_id: str, superseded_by: str | None, partners: dict[str, set[str]]) -> bool:
+    """Superseded by a row it contradicts: its fact was replaced (a row merged into a canonical was not)."""
+    return superseded_by is not None and superseded_by in partners.get(memory_id, ())
+
+
 def _seeds(
-    episodic: pa.Table,
-    pairs: pa.Table,
-    threshold: float,
-    fading: pa.Array | None,
-    partners: dict[str, set[str]],
+    episodic: pa.Table, close: pa.Table, fading: pa.Array | None, partners: dict[str, set[str]]
 ) -> pa.Table:
     """The rows that may seed or reinforce a node: active when the night starts (a row archived or queued
     before tonight never revives as knowledge; one tonight's retention archives still seeds), neither
     disputed (`contradictionWith`) nor replaced (superseded by one of its contradiction `partners`): such a
-    fact never becomes knowledge; paired at the threshold, and knowledge rather than
+    fact never becomes knowledge; in a `close` pair (at the threshold), and knowledge rather than
     chit-chat (`knowledge.carries_knowledge`, parsed only for the paired rows). A row merged into a canonical
     (superseded, not contradicted) still seeds: its canonical says everything it says, so whether tonight's
     gated merges are approved before the next run changes no cluster."""
-    close = pairs.filter(pc.greater_equal(pairs["score"], threshold))
     paired = pc.unique(pa.chunked_array([*close["left_id"].chunks, *close["right_id"].chunks], pa.string()))
     active = pc.equal(episodic["zone"], "active")
     if fading is not None and len(fading):
         active = pc.or_(active, pc.is_in(episodic["id"], fading))
     superseded = episodic.filter(pc.is_valid(episodic["superseded_by"])).select(["id", "superseded_by"])
-    replaced = [r["id"] for r in superseded.to_pylist() if r["superseded_by"] in partners.get(r["id"], ())]
+    replaced = [r["id"] for r in superseded.to_pylist() if _replaced(r["id"], r["superseded_by"], partners)]
     undisputed = pc.and_(
         pc.invert(episodic["contradicted"]),
         pc.invert(pc.is_in(episodic["id"], pa.array(replaced, pa.string()))),
@@ -623,17 +620,12 @@ def _seeds(
     return rows.filter(pa.array(knowledge, pa.bool_()))
 
 
-def _repeating(pairs: pa.Table, candidates: pa.Table, threshold: float) -> pa.Table:
-    """The pairs at the threshold between two candidates that may repeat one fact (`same_fact_pairs`: the
-    same numbers and names): a node is a repetition, not two related facts."""
+def _repeating(close: pa.Table, candidates: pa.Table) -> pa.Table:
+    """The `close` pairs between two candidates that may repeat one fact (`same_fact_pairs`: the same numbers
+    and names): a node is a repetition, not two related facts."""
     ids = candidates["id"]
-    close = pairs.filter(
-        pc.and_(
-            pc.greater_equal(pairs["score"], threshold),
-            pc.and_(pc.is_in(pairs["left_id"], ids), pc.is_in(pairs["right_id"], ids)),
-        )
-    )
-    return same_fact_pairs(close, ids.to_pylist(), candidates["content"].to_pylist())
+    among = close.filter(pc.and_(pc.is_in(close["left_id"], ids), pc.is_in(close["right_id"], ids)))
+    return same_fact_pairs(among, ids.to_pylist(), candidates["content"].to_pylist())
 
 
 def _start_run(
