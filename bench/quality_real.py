@@ -16,7 +16,9 @@ fresh temporary SQLite store and warehouse:
 4. the final store is read back and measured:
    - merges (rows superseded, chains followed to the final canonical); on the labelled pairs (gold: the two
      annotators agree at the coarse level mergeable / DIFF / CONFLICT): precision, "nothing lost" (the hidden
-     side is the contained one) and recall; merges per 1,000 memories;
+     side is the contained one) and recall; merges per 1,000 memories; beside recall, the mergeable pairs
+     resolved: merged into each other, or the side the label lets go merged into a third row while the other
+     stays visible (what the user then sees is what the label asks for);
    - contradictions (`contradicts` links and `metadata.contradictionWith`): flags per 1,000 memories,
      precision and recall on the labelled pairs;
    - semantic nodes (kind 'semantic'): nodes per 1,000 memories; the share of chit-chat among a deterministic
@@ -449,6 +451,14 @@ def merge_metrics(con: duckdb.DuckDBPyConnection, pairs: list[LabelledPair], imp
     right = [p for p, side in hidden_by_pair if contained(p, side)]
     exact = [(p, side) for p, side in hidden_by_pair if p.exact]
     mergeable = [p for p in pairs if p.is_gold and p.coarse[0] == "MERGEABLE"]
+    # A mergeable pair's redundancy is also gone when the side its label lets go was merged into a third row
+    # (that contains it) and the other side stays visible: the user sees one of the two, as the label asks.
+    direct = {(p.a_id, p.b_id) for p, _ in hidden_by_pair}
+    via_third = sum(
+        (p.a_id in finals) != (p.b_id in finals) and contained(p, "A" if p.a_id in finals else "B")
+        for p in mergeable
+        if (p.a_id, p.b_id) not in direct
+    )
     return {
         "superseded": superseded,
         "merges_per_1000": round(1000 * superseded / imported, 1),
@@ -464,6 +474,10 @@ def merge_metrics(con: duckdb.DuckDBPyConnection, pairs: list[LabelledPair], imp
         "nothing_lost_of": len(exact),
         "recall": ratio(sum(p.coarse[0] == "MERGEABLE" for p, _ in hidden_by_pair), len(mergeable)),
         "both_into_a_third_row": third,
+        "resolved_via_third_row": via_third,
+        "recall_resolved": ratio(
+            sum(p.coarse[0] == "MERGEABLE" for p, _ in hidden_by_pair) + via_third, len(mergeable)
+        ),
         "wrong": [
             {"a_id": p.a_id, "b_id": p.b_id, "hidden": side, "labels": [p.label_1, p.label_2]}
             for p, side in hidden_by_pair
@@ -811,6 +825,10 @@ def print_result(r: CorpusResult) -> None:
         ("merge nothing lost (exact agreed labels)", f"{fmt(m['nothing_lost'])} ({m['nothing_lost_of']})"),
         ("merge recall of mergeable gold pairs", f"{fmt(m['recall'])} (of {m['gold_mergeable']})"),
         ("labelled pairs both merged into a third row", m["both_into_a_third_row"]),
+        (
+            "mergeable pairs resolved: merged, or the side its label lets go merged into a third row",
+            f"{fmt(m['recall_resolved'])} ({m['resolved_via_third_row']} via a third row)",
+        ),
         ("contradiction pairs flagged", c["flagged_pairs"]),
         ("contradiction flags per 1,000 memories", c["flags_per_1000"]),
         (

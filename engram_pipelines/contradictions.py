@@ -1,8 +1,8 @@
 """Contradiction detection over candidate pairs (seed 000 "Contradiction policy", issue 6).
 
 Deterministic and lexical, no model. Each memory is parsed ONCE into features (`memory_features`): a negation
-flag, a change-indicator flag, the polar words present, a claim (subject, relation, value) where a relational,
-copular or assignment pattern applies, and its numbers, clock times and dates. `detect` then evaluates the
+flag, a change-indicator flag, the polar words present, a claim (subject, relation, value) where an arrangement
+(a plan for a named occasion on a coming weekday), relational, copular or assignment pattern applies, and its numbers, clock times and dates. `detect` then evaluates the
 rules over pairs with a few vectorised comparisons of those per-memory columns, so its cost per pair does not
 depend on sentence length or on how many words the rule file lists.
 
@@ -73,6 +73,9 @@ RULE_ORDER = ("negation", "change", "polar", "value_swap", "numeric", "temporal"
 # Structural candidates: at most this many most-recent memories per (namespace, subject, relation), so one
 # subject repeated in 10k memories yields at most K*(K-1)/2 pairs instead of 50M.
 STRUCTURAL_GROUP_LIMIT = 50
+
+# The relation of an arrangement claim: a plan for an occasion holds one day at a time.
+ARRANGEMENT_RELATION = "is planned for"
 
 # Copular and assignment claims share one relation, so "editor is vim" and "editor: emacs" are comparable.
 COPULAR_RELATION = "is"
@@ -237,6 +240,11 @@ class RuleBook:
     month_number: Mapping[str, int] = field(repr=False, default_factory=dict)
     weekday_name: Mapping[str, str] = field(repr=False, default_factory=dict)
     explicit_keys: tuple[str, ...] = ("contradicts",)
+    arrangement_cues: frozenset[str] = field(repr=False, default=frozenset())  # inflected planning words
+    arrangement_occasion: re.Pattern[str] | None = field(repr=False, default=None)  # "a coffee date"
+    arrangement_day: re.Pattern[str] | None = field(
+        repr=False, default=None
+    )  # a weekday, with its past marker
     contractions: Mapping[str, str] = field(repr=False, default_factory=dict)
     contraction_pattern: re.Pattern[str] | None = field(repr=False, default=None)
     fingerprint: str = ""  # digest of the rules' contents: features parsed under other rules are not reused
@@ -408,6 +416,29 @@ def _compile_quantities(raw: Mapping[str, Any], source: str):
     )
 
 
+def _compile_arrangements(
+    raw: Mapping[str, Any], source: str, weekday_name: Mapping[str, str]
+) -> tuple[frozenset[str], re.Pattern[str] | None, re.Pattern[str] | None]:
+    """Planning words (inflected), the occasion pattern and the weekday pattern of `arrangements`."""
+    section = raw.get("arrangements") or {}
+    if not section:
+        return frozenset(), None, None
+    cues: set[str] = set()
+    for cue in _words(section.get("cues", []), "arrangements.cues", source):
+        cues |= _side_forms(cue, inflect=True)[1]
+    determiners = _relation_alternation(
+        _words(section.get("determiners", []), "arrangements.determiners", source)
+    )
+    occasions = _relation_alternation(_words(section.get("occasions", []), "arrangements.occasions", source))
+    past = _relation_alternation(_words(section.get("past_markers", []), "arrangements.past_markers", source))
+    occasion = re.compile(rf"\b(?:{determiners})\s+(?:(?P<modifier>[\w'-]+)\s+)?(?P<occasion>{occasions})\b")
+    day = re.compile(
+        (rf"(?:\b(?P<past>{past})\s+)?" if past else "")
+        + rf"\b(?P<weekday>{_relation_alternation(weekday_name)})(?P<plural>s)?\b"
+    )
+    return frozenset(cues), occasion, day
+
+
 def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
     def words(key: str, sub: str | None = None) -> list[str]:
         value = _require(raw, key, source)
@@ -421,6 +452,7 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
         raw, source
     )
     function_words = frozenset(words("function_words"))
+    arrangement_cues, arrangement_occasion, arrangement_day = _compile_arrangements(raw, source, weekday_name)
     slots = raw.get("slots") or {}
     utterance = raw.get("utterance") or {}
     contractions = {str(k).lower(): str(v).lower() for k, v in (raw.get("contractions") or {}).items()}
@@ -466,6 +498,9 @@ def _compile_rules(raw: Mapping[str, Any], source: str) -> RuleBook:
         month_number=month_number,
         weekday_name=weekday_name,
         explicit_keys=tuple(raw.get("explicit_keys", ["contradicts"])),
+        arrangement_cues=arrangement_cues,
+        arrangement_occasion=arrangement_occasion,
+        arrangement_day=arrangement_day,
         contractions=contractions,
         contraction_pattern=_optional_pattern([r"\b(?:" + _relation_alternation(contractions) + r")\b"])
         if contractions
@@ -556,11 +591,38 @@ def parse_claim(text: str, rules: RuleBook) -> Claim | None:
     return _claim(text, tokens, rules.cues.first_hits(tokens), rules)
 
 
+def _arrangement(text: str, tokens: list[str], rules: RuleBook) -> Claim | None:
+    """A plan for a named occasion on one coming weekday: the claim (occasion, "is planned for", weekday).
+
+    Needs a planning word, an occasion after a determiner and exactly one weekday that is neither past nor
+    recurring ("last Friday", "every Friday", "Fridays"): "agreed to meet Jolene on Friday for a coffee date" is
+    (coffee date, is planned for, friday)."""
+    if rules.arrangement_occasion is None or rules.arrangement_day is None:
+        return None
+    if rules.arrangement_cues.isdisjoint(tokens):
+        return None
+    occasion = rules.arrangement_occasion.search(text)
+    if occasion is None:
+        return None
+    days = {
+        rules.weekday_name[m["weekday"]]
+        for m in rules.arrangement_day.finditer(text)
+        if not m.groupdict().get("past") and not m["plural"]
+    }
+    if len(days) != 1:
+        return None
+    subject = " ".join(part for part in (occasion["modifier"], occasion["occasion"]) if part)
+    return Claim(subject, ARRANGEMENT_RELATION, days.pop(), "arrangement", True)
+
+
 def _claim(
     text: str, tokens: list[str], hits: Mapping[str, tuple[int, int]], rules: RuleBook
 ) -> Claim | None:
-    """The first form (relational, weak relational, copular, assignment) that yields a subject and a value;
-    the leftmost operator of a form splits the sentence."""
+    """The first form (arrangement, relational, weak relational, copular, assignment) that yields a subject and
+    a value; the leftmost operator of a form splits the sentence."""
+    arrangement = _arrangement(text, tokens, rules)
+    if arrangement is not None:
+        return arrangement
     for category in (STRONG_RELATION, WEAK_RELATION, COPULA):
         if category not in hits:
             continue
@@ -860,7 +922,7 @@ def memory_features(ids: Sequence[str], contents: Sequence[str], rules: RuleBook
 
 
 # Bump when the parsing above changes: features cached by an older parser must not be reused.
-FEATURES_VERSION = 2
+FEATURES_VERSION = 3
 
 
 def cached_memory_features(

@@ -627,6 +627,59 @@ def test_an_utterance_contradicts_the_same_speaker_s_own_claim(older, newer, rul
     assert rule_of(older, newer) == rule
 
 
+@pytest.mark.parametrize(
+    ("older", "newer", "rule"),
+    [
+        (
+            "Priya agreed to meet Tom on Thursday for a lunch date.",
+            "Tom proposed the lunch date for Tuesday at 1.",
+            "temporal",
+        ),
+        (
+            "We scheduled the budget meeting for Monday.",
+            "The budget meeting was rescheduled to Wednesday.",
+            "temporal",
+        ),
+        ("Ana: let's book a call next Friday", "Ana: I will set up the call on Monday instead", "change"),
+    ],
+)
+def test_a_plan_moved_to_another_weekday_is_a_conflict(older, newer, rule):
+    assert rule_of(older, newer) == rule
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        # past or recurring days are events, not plans: both can be true
+        ("Priya met Tom last Thursday for a lunch date.", "Priya will meet Tom on Tuesday for a lunch date."),
+        ("Priya has a lunch date every Thursday.", "Priya will meet Tom on Tuesday for a lunch date."),
+        ("Priya plans lunch dates on Thursdays.", "Priya will meet Tom on Tuesday for a lunch date."),
+        # two occasions: the word before the noun names which one
+        ("We scheduled the budget meeting for Monday.", "We scheduled the design meeting for Wednesday."),
+        # no planning word: what happened, not what is planned
+        ("Priya had a lunch date on Thursday.", "Priya had a lunch date on Tuesday."),
+        # the same day said twice
+        ("Priya agreed to a lunch date on Thursday.", "Tom suggested the lunch date for Thursday at noon."),
+    ],
+)
+def test_plans_that_can_both_hold_never_fire(older, newer):
+    assert rule_of(older, newer) is None
+
+
+def test_structural_join_pairs_plans_for_one_occasion_whatever_the_cosine():
+    candidates, features = structural(
+        {
+            "a": "Priya agreed to meet Tom on Thursday for a lunch date.",
+            "b": "Tom proposed the lunch date for Tuesday at 1, after Priya's class.",
+            "c": "Priya went hiking last Sunday.",
+        }
+    )
+    assert [(r["left_id"], r["right_id"]) for r in candidates.to_pylist()] == [("a", "b")]
+    assert [(r["newer_id"], r["rule"]) for r in detect(candidates, features, RULES).to_pylist()] == [
+        ("b", "temporal")
+    ]
+
+
 def test_structural_join_stays_inside_a_namespace_and_keeps_quantities():
     candidates, _ = structural(
         {
