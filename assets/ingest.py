@@ -6,6 +6,7 @@ from assets.metadata import sample_markdown, standard
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines import records
+from engram_pipelines.changes.apply import resume_interrupted
 from engram_pipelines.progress import LogProgress
 from engram_pipelines.snapshot import take_snapshot
 
@@ -20,7 +21,8 @@ from engram_pipelines.snapshot import take_snapshot
         "streamed in batches and validated with a pandera schema. Invalid rows are not dropped: they go to "
         "`quarantine` with a reason column and are counted here; the blocking check "
         "`snapshot_invalid_fraction` stops the run when too many rows are invalid. Every analysis reads "
-        "this snapshot, never the live store. Backfills materialise a range of dates."
+        "this snapshot, never the live store. Backfills materialise a range of dates. A change set whose apply "
+        "was interrupted (a crash, a killed process) is finished from its ledger before the store is read."
     ),
 )
 def memory_snapshot(
@@ -32,6 +34,17 @@ def memory_snapshot(
     config = engram_config.load()
     as_of = as_of_date(context)
     with store.open() as live:
+        # A set whose apply was killed is finished first: a night never reads a half-applied store.
+        resumed_sets = resume_interrupted(
+            live,
+            actor=f"dagster:{context.run.run_id[:8]}",
+            batch_size=config.apply.batch_size,
+            progress=LogProgress(context.log),
+        )
+        for resumed in resumed_sets:
+            context.log.warning(
+                f"finished the interrupted apply of {resumed.change_set_id}: {resumed.as_dict()}"
+            )
         result = take_snapshot(
             live,
             warehouse.get(),
@@ -52,6 +65,7 @@ def memory_snapshot(
             "quarantined": result.quarantined,
             "invalid_fraction": float(result.invalid_fraction),
             "links": result.links,
+            "resumed_change_sets": dg.MetadataValue.json([r.as_dict() for r in resumed_sets]),
             "namespaces": len(result.namespaces),
             "rows_per_namespace": dg.MetadataValue.json(result.namespaces),
             "quarantine_samples": dg.MetadataValue.json(result.quarantine_samples),

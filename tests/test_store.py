@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+import threading
+import time
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from engram_pipelines.store import MigrationRequired, Outcome, StoreError, VersionConflict, open_store, sqlite
+from engram_pipelines.store import (
+    MigrationRequired,
+    Outcome,
+    StoreBusy,
+    StoreError,
+    VersionConflict,
+    open_store,
+    sqlite,
+)
 from engram_pipelines.store.migrations import LATEST_VERSION
 from tests.conftest import T0, memory
 
@@ -239,3 +249,48 @@ def test_streamed_links_keep_every_value_in_batches_of_the_size_asked(store):
     got = pa.Table.from_batches(batches).to_pylist()
     key = lambda link: (link["src_id"], link["dst_id"], link["kind"])  # noqa: E731
     assert sorted(got, key=key) == sorted(links, key=key)
+
+
+def _hold_write_lock(path, seconds: float, locked) -> None:
+    """Another process's view: a connection that takes the write lock and keeps it for `seconds`."""
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("BEGIN IMMEDIATE")
+    locked.set()
+    time.sleep(seconds)
+    con.execute("COMMIT")
+    con.close()
+
+
+def _quick_waits(store) -> None:
+    store.conn.execute("PRAGMA busy_timeout = 100")  # SQLite's own wait, before the store's backoff
+
+
+def test_a_sqlite_write_waits_for_another_writer_s_lock_with_backoff(tmp_path):
+    """A 30 s write lock by another process aborted the apply at the 10 s busy timeout."""
+    path = tmp_path / "engram.db"
+    with open_store(f"sqlite:///{path}", migrate=True) as store:
+        _quick_waits(store)
+        store.lock_wait_seconds = 30
+        locked = threading.Event()
+        holder = threading.Thread(target=_hold_write_lock, args=(path, 1.5, locked))
+        holder.start()
+        locked.wait()
+        started = time.monotonic()
+        assert store.insert_memories([memory(1)]) == 1  # waited past the busy timeout, then wrote
+        holder.join()
+        assert time.monotonic() - started >= 1.0 and store.get("m1") is not None
+
+
+def test_a_sqlite_write_lock_held_too_long_fails_naming_the_lock_and_writes_nothing(tmp_path):
+    path = tmp_path / "engram.db"
+    with open_store(f"sqlite:///{path}", migrate=True) as store:
+        _quick_waits(store)
+        store.lock_wait_seconds = 0.5
+        locked = threading.Event()
+        holder = threading.Thread(target=_hold_write_lock, args=(path, 2.0, locked))
+        holder.start()
+        locked.wait()
+        with pytest.raises(StoreBusy, match=r"is locked by another writer .*nothing was written"):
+            store.insert_memories([memory(1)])
+        holder.join()
+        assert store.get("m1") is None

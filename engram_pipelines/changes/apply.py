@@ -7,7 +7,8 @@ row still qualifies, its patch is re-derived on the fresh row and written once m
 justified by neglect (archive, queue for purge, purge) is not re-derived when the row was edited since the
 snapshot by anyone but the pipeline (its version moved past the pipeline's own audited writes): the edit is
 evidence the row is alive, so it is `skipped_concurrent_edit` at once.
-Changes already in the ledger are skipped, so a re-run is a no-op and a crashed run resumes.
+Changes already in the ledger are skipped, so a re-run is a no-op and a crashed run resumes
+(`resume_interrupted` finishes such sets before the next night reads the store).
 """
 
 from __future__ import annotations
@@ -101,6 +102,31 @@ def apply_change_set(
     verify_change_set(record)  # what is applied is the plan that was proposed (and approved)
     with store.exclusive_apply():
         return _apply(store, record, actor, batch_size, progress or SilentProgress())
+
+
+def resume_interrupted(
+    store: Store,
+    *,
+    actor: str = "engram-pipelines",
+    batch_size: int = 1000,
+    progress: Progress | None = None,
+) -> list[ApplyResult]:
+    """Finish every apply a crash interrupted, oldest first, before a night reads the store.
+
+    A killed apply leaves its set half applied: a rerun of the night would otherwise snapshot the half-applied
+    store and propose a different set, and the rest of the first one would never land. Each set resumes from its
+    ledger (what landed is skipped), so the store ends as an uninterrupted run leaves it. Only sets that may be
+    applied without a person are resumed: `auto` ones and approved ones."""
+    results = []
+    for record in store.interrupted_change_sets():
+        if record.review_class in REVIEWED_CLASSES and record.status != "approved":
+            continue  # applied by hand without approval (the library's allow_unapproved): a person finishes it
+        results.append(
+            apply_change_set(
+                store, record.change_set_id, actor=actor, batch_size=batch_size, progress=progress
+            )
+        )
+    return results
 
 
 # What each kind of write reads of its changes (the rest, reasons and evidence, is for people and audits).

@@ -6,7 +6,8 @@ change sets are composed, the `auto` intents that would hide a visible memory (a
 supersede) are counted per namespace; where they would hide more than `review.max_hidden_fraction` of the
 namespace's visible memories, they move to a `held` change set of their own (approved apart from the night's
 merges), the reason saying why ("night would hide 94% of conv-26 (2,886 of 3,037 visible memories): held for
-review"). Likewise every `auto` intent moves when the night's auto intents exceed `review.max_auto_changes` (0:
+review"), and with them the other auto intents of their clusters (a merge's link and annotation wait with the
+merge). Likewise every `auto` intent moves when the night's auto intents exceed `review.max_auto_changes` (0:
 no ceiling). Nothing is dropped: approving the held set applies exactly what the night proposed.
 """
 
@@ -81,7 +82,13 @@ def hold_for_review(
 
 
 def _held(con: duckdb.DuckDBPyConnection, where: str, message: str | None, schema: pa.Schema) -> pa.Table:
-    """Table `i` with the rows matching `where` moved to the `held` class, their reason extended."""
+    """Table `i` with the rows matching `where` moved to the `held` class, their reason extended. The other auto
+    intents of a held intent's cluster go with it (a merge's `duplicate-of` link and the canonical's annotation):
+    left behind, they landed while the merge waited, and every later run proposed them again."""
+    where = (
+        f"(({where}) OR (i.review_class = 'auto' AND i.cluster_id IN "
+        f"(SELECT i.cluster_id FROM i WHERE {where} AND i.cluster_id IS NOT NULL)))"
+    )
     note = (
         f"'{message.replace(chr(39), chr(39) * 2)}'"
         if message is not None

@@ -10,6 +10,7 @@ from engram_pipelines.store.base import (
     MigrationRequired,
     Outcome,
     Store,
+    StoreBusy,
     StoreError,
     VersionConflict,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "MigrationRequired",
     "Outcome",
     "Store",
+    "StoreBusy",
     "StoreError",
     "VersionConflict",
     "open_store",

@@ -31,6 +31,10 @@ class StoreError(RuntimeError):
     """The store cannot be used as asked; the message says how to fix it."""
 
 
+class StoreBusy(StoreError):
+    """Another process held the store's write lock for longer than a write waits."""
+
+
 class MigrationRequired(StoreError):
     pass
 
@@ -505,6 +509,16 @@ class Store(ABC):
     def list_change_sets(self) -> list[ChangeSetRecord]:
         rows = self.query(
             f"SELECT {self._CHANGE_SET_COLUMNS} FROM change_sets ORDER BY created_at, change_set_id"
+        )
+        return [self._change_set_from_row(r) for r in rows]
+
+    def interrupted_change_sets(self) -> list[ChangeSetRecord]:
+        """Sets whose apply started and did not finish (a crash, a killed process): neither applied nor reverted,
+        with changes in the ledger. Oldest first."""
+        rows = self.query(
+            f"SELECT {self._CHANGE_SET_COLUMNS} FROM change_sets c WHERE status IN ('proposed', 'approved') "
+            "AND EXISTS (SELECT 1 FROM change_ledger l WHERE l.change_set_id = c.change_set_id) "
+            "ORDER BY created_at, change_set_id"
         )
         return [self._change_set_from_row(r) for r in rows]
 

@@ -2,7 +2,9 @@
 
 Agents and the pipeline share one file. A deferred transaction that reads and then writes fails outright
 when another writer got the lock in between ("database is locked" without waiting), so writes here always
-`BEGIN IMMEDIATE` and wait up to the busy timeout instead.
+`BEGIN IMMEDIATE` and wait up to the busy timeout instead; when another process holds the lock longer (a
+bulk load, a backup), the transaction waits on with backoff up to `WRITE_LOCK_WAIT_S` before failing with a
+message that names the lock.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import datetime as dt
 import fcntl
 import json
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,12 +31,17 @@ from engram_pipelines.store.base import (
     TIMESTAMP_COLUMNS,
     MigrationRequired,
     Store,
+    StoreBusy,
     StoreError,
     embedding_array,
 )
 from engram_pipelines.timestamps import format_timestamp, parse_timestamp
 
 BUSY_TIMEOUT_MS = 10_000
+# How long a write transaction waits for another process's write lock in all (the busy timeout, then retries of
+# `BEGIN IMMEDIATE` with backoff): nothing has been written yet, so waiting is safe. A nightly apply that gave up
+# after the busy timeout left its set half applied behind a 30 s bulk write.
+WRITE_LOCK_WAIT_S = 300.0
 APPLY_WAL_PAGES = 65_536  # 256 MB of WAL between checkpoints during an apply
 APPLY_CACHE_KIB = -262_144  # negative: KiB, so 256 MB of page cache
 READ_AHEAD_ROWIDS = 50_000  # rows per statement of the read-ahead (its progress steps)
@@ -46,6 +54,7 @@ class SQLiteStore(Store):
         """Open the store at `url`; without `create`, only an existing file is opened (else MigrationRequired)."""
         self.path = sqlite_path(url)
         self.create = create
+        self.lock_wait_seconds = WRITE_LOCK_WAIT_S
         super().__init__(url)
 
     def _connect(self) -> sqlite3.Connection:
@@ -75,7 +84,7 @@ class SQLiteStore(Store):
     @contextmanager
     def write_transaction(self) -> Iterator[sqlite3.Cursor]:
         cur = self.conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
+        self._begin_immediate(cur)
         try:
             yield cur
         except BaseException:
@@ -83,6 +92,27 @@ class SQLiteStore(Store):
             raise
         else:
             cur.execute("COMMIT")
+
+    def _begin_immediate(self, cur: sqlite3.Cursor) -> None:
+        """Take the write lock, waiting with backoff while another process holds it (see WRITE_LOCK_WAIT_S)."""
+        started = time.monotonic()
+        pause = 0.1
+        while True:
+            try:
+                cur.execute("BEGIN IMMEDIATE")  # waits up to the busy timeout itself
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                waited = time.monotonic() - started
+                if waited >= self.lock_wait_seconds:
+                    raise StoreBusy(
+                        f"the SQLite store {self.path} is locked by another writer (its write lock, held for "
+                        f"{waited:.0f}s): nothing was written; find the process holding it (`fuser {self.path}`), "
+                        "let it finish, then run again"
+                    ) from exc
+                time.sleep(min(pause, max(self.lock_wait_seconds - waited, 0.0)))
+                pause = min(pause * 2, 5.0)
 
     @contextmanager
     def exclusive_apply(self) -> Iterator[None]:
