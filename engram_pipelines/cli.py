@@ -761,24 +761,47 @@ def apply_(
 
 
 @main.command()
-@click.argument("change_set_id")
+@click.argument("change_set_id", required=False)
+@click.option("--night", help="Revert every applied set of this as-of date (YYYY-MM-DD) as one.")
+@click.option(
+    "--job", type=click.Choice(["nightly", "consolidate"]), help="With --night: only this job's sets."
+)
 @common_options
 @json_option
 @friendly_errors
 def revert(
-    change_set_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+    change_set_id: str | None,
+    night: str | None,
+    job: str | None,
+    store_arg: str | None,
+    warehouse: str | None,
+    config_path: str | None,
+    as_json: bool,
 ) -> None:
-    """Undo an applied change set from its audit pre-images; rows edited since are skipped and listed."""
-    from engram_pipelines.changes.revert import revert_change_set
+    """Undo an applied change set (or a whole night) from its audit pre-images; rows and links changed since
+    are skipped and listed.
 
+    \b
+    Examples:
+      engram-pipelines revert 2026-11-29-nightly-auto-3f2a9c0b1d
+      engram-pipelines revert --night 2026-11-29
+    """
+    from engram_pipelines.changes.revert import revert_change_set, revert_night
+
+    if (change_set_id is None) == (night is None):
+        raise UserError("name one change set ID, or --night DATE for every applied set of that day")
+    actor = os.environ.get("USER", "cli")
     with opened(store_arg) as store:
-        result = revert_change_set(store, change_set_id, actor=os.environ.get("USER", "cli"))
+        if night is not None:
+            result = revert_night(store, parse_date(night, "--night").isoformat(), job=job, actor=actor)
+        else:
+            result = revert_change_set(store, change_set_id, actor=actor)
     emit(result.as_dict(), as_json)
     if not as_json:
-        console.print(f"[magenta]reverted[/] {result.reverted} changes of {change_set_id}")
+        console.print(f"[magenta]reverted[/] {result.reverted} changes of {result.change_set_id}")
         if result.skipped_edited_since:
             console.print(
-                f"[yellow]skipped {len(result.skipped_edited_since)} rows edited since:[/] "
+                f"[yellow]skipped {len(result.skipped_edited_since)} rows or links changed since:[/] "
                 + ", ".join(result.skipped_edited_since[:20])
             )
 

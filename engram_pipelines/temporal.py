@@ -25,7 +25,7 @@ of its previous k: forward (earlier -> later) weight `forward_weight / distance`
 neighbours beat farther ones. Only missing edges are created (an existing temporal link either way is kept as
 it is), and the later memory is marked `metadata.temporalEdges` = {builtAt, neighbors}: a marked memory is
 never wired again, so an edge that decays and is pruned does not come back the next night. A memory whose
-edges all exist is not written. Edges weaker than the prune threshold are not created.
+edges all exist is not written, unless one of them is pruned tonight (action `mark`: marked, nothing built). Edges weaker than the prune threshold are not created.
 
 Everything is review class `auto`; links are upserted or deleted, memories only get the marker.
 """
@@ -52,7 +52,7 @@ TEMPORAL_SCHEMA = pa.schema(
         pa.field("namespace", pa.string(), nullable=False),
         pa.field("src_id", pa.string(), nullable=False),
         pa.field("dst_id", pa.string(), nullable=False),
-        pa.field("action", pa.string(), nullable=False),  # boost | prune | build
+        pa.field("action", pa.string(), nullable=False),  # boost | prune | build | mark
         pa.field("weight_before", pa.float64()),
         pa.field("weight_after", pa.float64()),
         pa.field("direction", pa.string()),  # forward | backward, for built edges
@@ -74,6 +74,7 @@ def temporal_edges(
     )
     con.register("l", links)
     cycle = con.sql(_cycle_sql(cfg, at)).to_arrow_table().cast(TEMPORAL_SCHEMA)
+    con.register("cycle", cycle)
     built = con.sql(_build_sql(cfg)).to_arrow_table().cast(TEMPORAL_SCHEMA)
     result = pa.concat_tables([cycle, built]).sort_by(
         [("namespace", "ascending"), ("src_id", "ascending"), ("dst_id", "ascending")]
@@ -150,6 +151,14 @@ def _build_sql(cfg: TemporalConfig) -> str:
     FROM edges e
     WHERE round(e.weight, 6) >= {cfg.prune_threshold!r}
       AND NOT EXISTS (SELECT 1 FROM l WHERE l.kind = 'temporal' AND l.src_id = e.src_id AND l.dst_id = e.dst_id)
+    UNION ALL
+    -- An unwired memory whose edge to a neighbour decays away tonight was wired by history: marked, so the
+    -- next night does not build the pruned edge again (on the 30k demo, 31 edges came back the same day).
+    SELECT n.namespace, n.earlier_id, n.later_id, 'mark', NULL, NULL, 'forward', n.distance, n.conversation_id
+    FROM neighbours n
+    WHERE EXISTS (SELECT 1 FROM cycle c WHERE c.action = 'prune'
+                  AND ((c.src_id = n.earlier_id AND c.dst_id = n.later_id)
+                       OR (c.src_id = n.later_id AND c.dst_id = n.earlier_id)))
     """
 
 
@@ -168,6 +177,7 @@ def _intents(
         edges AS (
             SELECT r.*, CASE WHEN r.action = 'boost' THEN coalesce(o.origin, '{SOURCE}') ELSE '{SOURCE}' END AS origin
             FROM result r LEFT JOIN origins o USING (src_id, dst_id)
+            WHERE r.action <> 'mark'
         )
         SELECT namespace, 'link' AS target_kind, src_id || '|' || dst_id || '|temporal' AS target_id,
             CASE WHEN action = 'prune' THEN 'delete_link' ELSE 'upsert_link' END AS op,
@@ -191,7 +201,7 @@ def _intents(
             {quoted(f"temporal edges to its previous {cfg.neighbor_k} memories built")},
             {quoted(_compact({"neighbors": cfg.neighbor_k, "rule": "temporal_build"}))},
             '{SOURCE}', 'auto', NULL
-        FROM edges WHERE action = 'build'
+        FROM result WHERE action IN ('build', 'mark')
         """
         )
         .to_arrow_table()

@@ -666,6 +666,22 @@ def test_plans_that_can_both_hold_never_fire(older, newer):
     assert rule_of(older, newer) is None
 
 
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        ("The Nimbus-26 build ships on June 26.", "The Nimbus-12 build ships on June 26."),
+        (
+            "Incident INC-10429: the search service went down.",
+            "Incident INC-10169: the search service went down.",
+        ),
+        ("Reviewed pull request #17525 with Rosa.", "Reviewed pull request #17538 with Rosa."),
+    ],
+)
+def test_a_number_in_a_name_is_not_a_quantity(older, newer):
+    """Two builds, two incidents, two pull requests: on the 30k demo these were flagged as numeric conflicts."""
+    assert rule_of(older, newer) is None
+
+
 def test_structural_join_pairs_plans_for_one_occasion_whatever_the_cosine():
     candidates, features = structural(
         {

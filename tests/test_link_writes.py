@@ -45,13 +45,13 @@ SEED = [
 NEW_WEIGHT = 0.12345678901234568
 
 
+def link_intent(op: str, src: str, dst: str, kind: str, **params: Any) -> dict[str, Any]:
+    target = f"{src}|{dst}|{kind}"
+    return {**intent(target, op, src_id=src, dst_id=dst, kind=kind, **params), "target_kind": "link"}
+
+
 def _mixed_intents() -> list[dict[str, Any]]:
     """New upserts, upserts of existing links, deletes of existing links and a delete of a missing one."""
-
-    def link_intent(op: str, src: str, dst: str, kind: str, **params: Any) -> dict[str, Any]:
-        target = f"{src}|{dst}|{kind}"
-        return {**intent(target, op, src_id=src, dst_id=dst, kind=kind, **params), "target_kind": "link"}
-
     return [
         link_intent("upsert_link", "m1", "m4", "associated", weight=NEW_WEIGHT, origin="associations"),
         link_intent("upsert_link", "m3", "m1", "temporal", weight=1.0),
@@ -160,16 +160,10 @@ def test_a_mixed_link_batch_lands_audits_records_and_reverts(store, warehouse):
     missing = [d for o, d in ledger.values() if o == "ineligible"]
     assert missing == ["link no longer exists"]
 
-    revert_change_set(store, cs)
-    reverted = _links(store)
-    assert sorted(reverted) == sorted(seeded)
-    # Revert writes each link back from its pre-image as a fresh upsert stamped with the revert time, so
-    # created_at (of a re-created link) and updated_at are not the seed's; everything else is.
-    restored = ("namespace", "src_id", "dst_id", "kind", "weight", "origin", "traversed_at")
-    assert {t: {c: link[c] for c in restored} for t, link in reverted.items()} == {
-        t: {c: link[c] for c in restored} for t, link in seeded.items()
-    }
-    assert reverted["m1|m2|associated"]["created_at"] == T0
+    result = revert_change_set(store, cs)
+    # Exactly the seed, timestamps included: a re-created temporal edge keeps its age and its lazy decay.
+    assert _links(store) == seeded
+    assert result.reverted == 6  # what landed (the ineligible delete left no audit row to revert)
 
 
 # -- the former per-link loop, kept as the oracle the set-based writes are compared with ---------------------
@@ -335,3 +329,36 @@ def test_set_based_link_writes_match_the_per_link_loop(store, twin, tmp_path, mo
     for got, want in zip(new["audit"], old["audit"], strict=True):
         assert got == want
     assert new.get("audit_text") == old.get("audit_text")
+
+
+def test_a_revert_leaves_links_a_later_set_changed_and_never_joins_a_missing_memory(store, warehouse):
+    """Reverting a set after later nights rewrote links that those nights had changed (2 then pointed at missing
+    memories) and counted link writes that never landed."""
+    _seed(store)
+    seeded = _links(store)
+    first = propose(store, warehouse, _mixed_intents())
+    apply_change_set(store, first)
+    after_first = _links(store)
+    later = propose(
+        store,
+        warehouse,
+        [link_intent("upsert_link", "m1", "m2", "associated", weight=0.9, origin="associations")],
+    )
+    apply_change_set(store, later)
+    with store.write_transaction() as cur:  # an agent deleted m4 (and its links)
+        cur.execute("DELETE FROM memory_links WHERE src_id = 'm4' OR dst_id = 'm4'")
+        cur.execute("DELETE FROM memories WHERE id = 'm4'")
+
+    result = revert_change_set(store, first)
+    links = _links(store)
+    assert links["m1|m2|associated"] == {
+        **after_first["m1|m2|associated"],
+        "weight": 0.9,
+    }  # the later write stands
+    assert links["m2|m3|temporal"] == seeded["m2|m3|temporal"]  # untouched since: back exactly
+    assert not any("m4" in key for key in links)  # nothing re-created to the deleted memory
+    skipped = set(result.skipped_edited_since)
+    assert {"m1|m2|associated", "m3|m4|duplicate-of", "m4|m1|contradicts"} <= skipped
+    revert_ledger = store.ledger(f"{first}:revert")
+    landed = sum(outcome == "applied" for outcome, _ in revert_ledger.values())
+    assert result.reverted == landed and landed + len(skipped) == 6

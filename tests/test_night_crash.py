@@ -1,8 +1,9 @@
-"""A night killed in the middle of its apply (kill -9), then run again, ends where an uninterrupted night does.
+"""Whole nights, interrupted and undone.
 
-The rerun finishes the interrupted change set from its ledger before it reads the store (`resume_interrupted`),
-so nothing of the first set is lost and no second, different set is proposed from a half-applied store. A
-second run of the same day changes nothing.
+A night killed in the middle of its apply (kill -9), then run again, ends where an uninterrupted night does: the
+rerun finishes the interrupted change set from its ledger before it reads the store (`resume_interrupted`), so
+nothing of the first set is lost and no second, different set is proposed from a half-applied store. A second
+run of the same day changes nothing. `revert --night` undoes every set a night applied, in the right order.
 """
 
 from __future__ import annotations
@@ -46,12 +47,16 @@ def _finished(url: str, warehouse: Path) -> dict:
     return json.loads(out)
 
 
-def _state(path: Path) -> tuple[list[tuple], list[tuple]]:
-    """Every memory and link column, in a stable order; not a memory's `updated_at`, the wall-clock time of its
-    last write (the two runs write at different times)."""
+def _state(path: Path, skip: tuple[str, ...] = ("updated_at",)) -> tuple[list[tuple], list[tuple]]:
+    """Every memory and link column, in a stable order (JSON documents compared as values, not text); not a
+    memory's `updated_at`, the wall-clock time of its last write (the two runs write at different times)."""
     with sqlite3.connect(path) as con:
-        columns = [r[1] for r in con.execute("PRAGMA table_info(memories)") if r[1] != "updated_at"]
-        memories = con.execute(f"SELECT {', '.join(columns)} FROM memories ORDER BY id").fetchall()
+        columns = [r[1] for r in con.execute("PRAGMA table_info(memories)") if r[1] not in skip]
+        documents = [i for i, c in enumerate(columns) if c in ("metadata", "tags")]
+        memories = [
+            tuple(json.loads(v) if i in documents and v is not None else v for i, v in enumerate(row))
+            for row in con.execute(f"SELECT {', '.join(columns)} FROM memories ORDER BY id")
+        ]
         links = con.execute("SELECT * FROM memory_links ORDER BY src_id, dst_id, kind").fetchall()
     return memories, links
 
@@ -100,3 +105,35 @@ def test_a_night_killed_mid_apply_resumes_to_the_uninterrupted_store(tmp_path):
     assert _state(killed) == settled
     with open_store(f"sqlite:///{killed}") as store:
         assert not store.interrupted_change_sets()
+
+
+def test_a_whole_night_reverts_in_one_command_to_the_store_before_it(tmp_path):
+    path = tmp_path / "engram.db"
+    url = f"sqlite:///{path}"
+    with open_store(url, migrate=True) as store:
+        load_demo(store, size=600, seed=5, as_of=AS_OF)
+    # A revert is a new write: each row's version moves on, and its updated_at is the revert's time.
+    before = _state(path, skip=("updated_at", "version"))
+    night = _finished(url, tmp_path / "wh")
+    gated = night["steps"]["change_set"]["gated_change_set"]
+    cli = [sys.executable, "-m", "engram_pipelines.cli"]
+    for command in ("approve", "apply"):
+        subprocess.run([*cli, command, gated, "--store", url], check=True, capture_output=True, env=ENV)
+    assert _state(path, skip=("updated_at", "version")) != before
+
+    done = subprocess.run(
+        [*cli, "revert", "--night", AS_OF.isoformat(), "--store", url, "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result = json.loads(done.stdout)
+    assert sorted(result["change_sets"]) == sorted([gated, night["steps"]["change_set"]["auto_change_set"]])
+    # The demo plants links to memories that do not exist; the night deletes them (gc), and a revert never
+    # puts back a link to a missing memory. Everything else is as it was, timestamps included.
+    memories, links = before
+    with sqlite3.connect(path) as con:
+        ids = {row[0] for row in con.execute("SELECT id FROM memories")}
+    joined = [link for link in links if link[1] in ids and link[2] in ids]
+    assert 0 < len(links) - len(joined) == result["skipped_edited_since"]
+    assert _state(path, skip=("updated_at", "version")) == (memories, joined)

@@ -148,6 +148,25 @@ def test_a_wired_memory_is_never_wired_again_so_pruned_edges_stay_pruned():
     assert not [t for o, t in ops(run(world, NEXT_DAY)[1]) if o == "set_metadata" or t.startswith("c2|")]
 
 
+def test_an_edge_history_made_and_tonight_prunes_is_not_built_again_the_next_night():
+    """Both edges of an unwired pair existed (history wired it), tonight the forward one decays away: the later
+    memory is marked, so the next night does not rebuild what decay removed (the 30k demo rebuilt 31 the same
+    day)."""
+    world = World(
+        conversation("c", 2),
+        [
+            link("c0", "c1", "temporal", weight=0.052, updated_at=days_ago(1)),
+            link("c1", "c0", "temporal", weight=0.5, updated_at=days_ago(1)),
+        ],
+    )
+    result, intents = run(world)
+    assert sorted(ops(intents)) == [("delete_link", "c0|c1|temporal"), ("set_metadata", "c1")]
+    assert sorted(result["action"].to_pylist()) == ["mark", "prune"]
+    world = world.apply(intents, AS_OF)
+    assert run(world)[1].num_rows == 0  # the same day again
+    assert "c0|c1|temporal" not in weights(run(world, NEXT_DAY)[1])  # and the next night
+
+
 def test_the_nightly_run_after_a_quiet_one_changes_only_time_driven_decay():
     world = World(conversation("c", 4))
     _, first = run(world)

@@ -9,7 +9,7 @@ from typing import Any
 
 from engram_pipelines.changes.registry import find_change_set, verify_change_set
 from engram_pipelines.records import WRITABLE_COLUMNS
-from engram_pipelines.store import LinkWrite, MemoryWrite, Outcome, Store
+from engram_pipelines.store import LinkRevert, MemoryWrite, Outcome, Store
 from engram_pipelines.timestamps import format_timestamp, utc_now
 
 
@@ -19,13 +19,15 @@ class RestoreError(LookupError):
 
 @dataclass
 class RevertResult:
-    change_set_id: str
+    change_set_id: str  # the set, or the night's sets comma-joined
     reverted: int = 0
     skipped_edited_since: list[str] = field(default_factory=list)
+    change_sets: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "change_set_id": self.change_set_id,
+            "change_sets": self.change_sets,
             "reverted": self.reverted,
             "skipped_edited_since": len(self.skipped_edited_since),
             "skipped_ids": self.skipped_edited_since[:50],
@@ -49,13 +51,44 @@ def revert_change_set(store: Store, change_set_id: str, *, actor: str = "engram-
         raise ValueError(
             f"change set {change_set_id} is {record.status}; only an applied set can be reverted"
         )
-    result = RevertResult(change_set_id)
-    revert_set = f"{change_set_id}:revert"
-    audit = [a for a in store.audit_rows(change_set_id=change_set_id) if a["change_id"]]
+    return _revert(store, [change_set_id], f"{change_set_id}:revert", actor)
+
+
+def revert_night(
+    store: Store, as_of: str, *, job: str | None = None, actor: str = "engram-pipelines"
+) -> RevertResult:
+    """Revert every applied set of one as-of day (of one job, or all) as one: each row or link goes back to its
+    state before the first of them, guarded by the state the last of them left. (Set by set, the revert of a
+    later set moves a row's version on, and the earlier set's revert would then skip it as edited.)"""
+    ids = [
+        r.change_set_id
+        for r in store.list_change_sets()
+        if r.as_of == as_of and r.status == "applied" and (job is None or r.job == job)
+    ]
+    if not ids:
+        raise ValueError(f"no applied change set for {as_of}{f' ({job})' if job else ''}: nothing to revert")
+    return _revert(store, ids, f"night-{as_of}{f'-{job}' if job else ''}:revert", actor)
+
+
+def _revert(store: Store, change_set_ids: list[str], revert_set: str, actor: str) -> RevertResult:
+    result = RevertResult(", ".join(change_set_ids), change_sets=change_set_ids)
+    audit = [a for i in change_set_ids for a in store.audit_rows(change_set_id=i) if a["change_id"]]
     with store.exclusive_apply():
-        _revert_entries(store, audit, actor, revert_set, result)
-    store.update_change_set(change_set_id, status="reverted", reverted_at=utc_now())
+        _revert_entries(store, _net_entries(audit), actor, revert_set, result)
+    for change_set_id in change_set_ids:
+        store.update_change_set(change_set_id, status="reverted", reverted_at=utc_now())
     return result
+
+
+def _net_entries(audit: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per row or link, in audit order: its state before the first write (`before`) and after the
+    last (`after`). A set writes each target once, so for one set this is the audit as it is."""
+    net: dict[tuple[str, str], dict[str, Any]] = {}
+    for entry in sorted(audit, key=lambda a: a["audit_id"]):
+        key = (entry["target_kind"], entry["target_id"])
+        first = net.get(key)
+        net[key] = entry if first is None else {**entry, "before": first["before"], "op": first["op"]}
+    return sorted(net.values(), key=lambda a: a["audit_id"])
 
 
 _BATCH = 1000
@@ -67,6 +100,10 @@ def _revert_entries(
     """Newest first; runs of link writes and of row updates go to the store in batches (one transaction each),
     so reverting a nightly's hundreds of thousands of changes does not take a transaction per change."""
     batched = {"link": _revert_links, "update": _revert_updates}
+    # Purged rows first: a link the set deleted with them is only put back between memories that exist. (Each
+    # target has one entry, so the order between targets changes nothing else.)
+    deleted = [e for e in audit if _entry_kind(e) == "deleted"]
+    audit = [e for e in audit if _entry_kind(e) != "deleted"] + deleted
     for kind, run in itertools.groupby(reversed(audit), key=_entry_kind):
         entries = list(run)
         if kind in batched:
@@ -122,25 +159,20 @@ def _revert_updates(
 def _revert_links(
     store: Store, entries: list[dict[str, Any]], actor: str, revert_set: str, result: RevertResult
 ) -> None:
-    store.write_links(
-        [
-            LinkWrite(
-                f"revert:{e['change_id']}",
-                "link_delete" if e["before"] is None else "link_upsert",
-                e["after"] if e["before"] is None else e["before"],
-            )
-            for e in entries
-        ],
-        actor=actor,
-        change_set_id=revert_set,
-    )
-    result.reverted += len(entries)
+    reverts = []
+    for e in entries:
+        src, dst, kind = e["target_id"].split("|")
+        reverts.append(LinkRevert(f"revert:{e['change_id']}", (src, dst, kind), e["after"], e["before"]))
+    outcomes = store.revert_links(reverts, actor=actor, change_set_id=revert_set)
+    result.reverted += sum(detail is None for detail in outcomes.values())
+    result.skipped_edited_since.extend("|".join(r.key) for r in reverts if outcomes[r.change_id] is not None)
 
 
 def _revert_insert(
     store: Store, entry: dict[str, Any], actor: str, revert_set: str, result: RevertResult
 ) -> None:
-    write = MemoryWrite(f"revert:{entry['change_id']}", entry["target_id"], 1, "revert-insert")
+    version = int(entry["after"].get("version", 1))  # 1 unless a later set of the same night updated it
+    write = MemoryWrite(f"revert:{entry['change_id']}", entry["target_id"], version, "revert-insert")
     if store.cas_write_memories([write], actor=actor, change_set_id=revert_set, delete=True):
         result.reverted += 1
     else:

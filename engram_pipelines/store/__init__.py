@@ -5,6 +5,7 @@ from __future__ import annotations
 from engram_pipelines.store.base import (
     ChangeSetRecord,
     Guard,
+    LinkRevert,
     LinkWrite,
     MemoryWrite,
     MigrationRequired,
@@ -19,6 +20,7 @@ from engram_pipelines.store.urls import redact
 __all__ = [
     "ChangeSetRecord",
     "Guard",
+    "LinkRevert",
     "LinkWrite",
     "MemoryWrite",
     "MigrationRequired",

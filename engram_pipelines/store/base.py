@@ -80,6 +80,17 @@ class LinkWrite:
 
 
 @dataclass(frozen=True)
+class LinkRevert:
+    """One link put back by a revert: it must be `expected` now (what the apply left; None = absent), and
+    becomes `restore` (the apply's pre-image; None = deleted)."""
+
+    change_id: str
+    key: tuple[str, str, str]  # src_id, dst_id, kind
+    expected: dict[str, Any] | None
+    restore: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class Outcome:
     change_id: str
     target_id: str
@@ -906,6 +917,108 @@ class Store(ABC):
         cur.execute(f"SELECT change_id FROM _link_batch WHERE {landed}")
         return {row[0] for row in cur.fetchall()}
 
+    def revert_links(
+        self, reverts: Sequence[LinkRevert], *, actor: str, change_set_id: str
+    ) -> dict[str, str | None]:
+        """Put links back as an applied set found them: change id -> None where it landed, else why not.
+
+        Each link is guarded like a memory: it must still be what the apply left (`expected`; None = absent),
+        or a later write wins and the link is left as it is ("changed since the apply"): its weight, origin,
+        created_at and updated_at are compared (an agent's traversal, `traversed_at`, is bookkeeping, as an
+        access is for a memory, and is kept). A link is only re-created between memories that still exist. The
+        pre-image is written back whole (weight, origin, created_at, updated_at), so a reverted temporal edge
+        keeps its age and its lazy decay.
+        Each write is audited with the link's current state as its pre-image and recorded in the ledger."""
+        if not reverts:
+            return {}
+        now = self._to_db("created_at", utc_now())
+        cols = ", ".join(records.LINK_COLUMNS)
+        outcome: dict[str, str | None] = {}
+        with self.write_transaction() as cur:
+            current: dict[tuple[str, str, str], dict[str, Any] | None] = {}
+            for r in reverts:
+                cur.execute(
+                    self._sql(
+                        f"SELECT {cols} FROM memory_links m WHERE m.src_id = ? AND m.dst_id = ? AND m.kind = ? "
+                        f"{self._lock_clause()}"
+                    ),
+                    r.key,
+                )
+                found = cur.fetchone()
+                current[r.key] = (
+                    None
+                    if found is None
+                    else {c: self._from_db(c, v) for c, v in zip(records.LINK_COLUMNS, found, strict=True)}
+                )
+            ends = sorted({i for r in reverts if r.restore is not None for i in r.key[:2]})
+            existing: set[str] = set()
+            for start in range(0, len(ends), 500):
+                chunk = ends[start : start + 500]
+                cur.execute(
+                    self._sql(f"SELECT id FROM memories WHERE id IN ({', '.join('?' * len(chunk))})"), chunk
+                )
+                existing |= {row[0] for row in cur.fetchall()}
+            deletes, upserts, audits, ledger = [], [], [], []
+            for r in reverts:
+                now_link = current[r.key]
+                if _link_guard(now_link) != _link_guard(r.expected):
+                    outcome[r.change_id] = "changed since the apply"
+                elif r.restore is not None and not {r.key[0], r.key[1]} <= existing:
+                    outcome[r.change_id] = "a memory it joins no longer exists"
+                else:
+                    outcome[r.change_id] = None
+                    current[r.key] = r.restore
+                    if r.restore is None:
+                        deletes.append(r.key)
+                    else:
+                        upserts.append(tuple(self._to_db(c, r.restore.get(c)) for c in records.LINK_COLUMNS))
+                    audits.append(
+                        (
+                            now,
+                            actor,
+                            change_set_id,
+                            r.change_id,
+                            "|".join(r.key),
+                            "link_delete" if r.restore is None else "link_upsert",
+                            None if now_link is None else self._to_db("metadata", _link_doc(now_link)),
+                            None if r.restore is None else self._to_db("metadata", _link_doc(r.restore)),
+                        )
+                    )
+                detail = outcome[r.change_id]
+                ledger.append(
+                    Outcome(
+                        r.change_id,
+                        "|".join(r.key),
+                        "applied" if detail is None else "revert_skipped",
+                        detail,
+                    )
+                )
+            if deletes:
+                cur.executemany(
+                    self._sql("DELETE FROM memory_links WHERE src_id = ? AND dst_id = ? AND kind = ?"),
+                    deletes,
+                )
+            if upserts:
+                cur.executemany(
+                    self._sql(
+                        f"INSERT INTO memory_links ({cols}) VALUES ({', '.join('?' * len(records.LINK_COLUMNS))}) "
+                        "ON CONFLICT (src_id, dst_id, kind) DO UPDATE SET namespace = excluded.namespace, "
+                        "weight = excluded.weight, origin = excluded.origin, created_at = excluded.created_at, "
+                        "updated_at = excluded.updated_at"
+                    ),
+                    upserts,
+                )
+            if audits:
+                cur.executemany(
+                    self._sql(
+                        "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, "
+                        "before, after) VALUES (?, ?, ?, ?, 'link', ?, ?, ?, ?)"
+                    ),
+                    audits,
+                )
+            self._record_outcomes(cur, change_set_id, ledger, utc_now())
+        return outcome
+
     def restore_preimage(self, preimage: dict[str, Any], *, actor: str, reason: str) -> bool:
         """Re-insert a deleted memory from its audit pre-image under its original id; False if it exists."""
         row = {c: preimage.get(c) for c in records.MEMORY_COLUMNS}
@@ -938,6 +1051,29 @@ class Store(ABC):
                 (self._to_db("created_at", utc_now()), actor, row["id"], json.dumps({"reason": reason})),
             )
         return True
+
+
+# What a revert compares of a link with what the apply left: the values writes change.
+_LINK_GUARD = ("weight", "origin", "created_at", "updated_at")
+
+
+def _link_guard(link: dict[str, Any] | None) -> tuple | None:
+    doc = _link_doc(link)
+    return None if doc is None else tuple(doc[c] for c in _LINK_GUARD)
+
+
+def _link_doc(link: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A link as the audit log holds it (timestamps as text, the weight a float): comparable whether it was read
+    from the table or from an audit document."""
+    if link is None:
+        return None
+    doc = {c: link.get(c) for c in records.LINK_COLUMNS}
+    for column in records.LINK_TIMESTAMP_COLUMNS:
+        value = doc[column]
+        if value is not None:
+            doc[column] = format_timestamp(value if isinstance(value, dt.datetime) else _parse_ts(value))
+    doc["weight"] = None if doc["weight"] is None else float(doc["weight"])
+    return doc
 
 
 def embedding_array(blobs: Sequence[bytes | None], dim: int, dtype: str = "<f4") -> pa.FixedSizeListArray:
