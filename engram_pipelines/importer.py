@@ -18,6 +18,10 @@ Conventions the spec left open, chosen so that data is never silently dropped or
 - Duplicate ids: the first line that claims an id owns it, even if that line is rejected for another
   problem; a later line with the same id is rejected, because the file is ambiguous about which one is
   meant. The id index is the only state kept across batches (one entry per distinct id).
+- `superseded_by` hides a row for good, so it must name another memory of the same namespace, in the file or
+  (through `existing`) in the store, and no cycle of supersedes (`a -> b -> a`, `c -> c`): recall would show
+  neither side. A line naming a memory that comes later in the file (or is not in it) is held back until the
+  end of the file, then checked and yielded with the last batch: memory grows with such lines only.
 """
 
 from __future__ import annotations
@@ -125,25 +129,35 @@ def derive_id(namespace: str, content: str, created_at: dt.datetime) -> str:
     return "m-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
 
 
+# ids -> the namespace of each that exists in the store (a supersede may name a row the store already holds).
+ExistingLookup = Callable[[Sequence[str]], dict[str, str]]
+
+
 def parse_jsonl(
     path: str | Path,
     *,
     default_namespace: str | None = None,
     embedding_dim: int = 384,
     batch_size: int = 50_000,
+    existing: ExistingLookup | None = None,
 ) -> Iterator[ParseResult]:
     """Parse a JSON Lines memory export, yielding one result per `batch_size` non-blank lines.
 
-    Memory stays bounded by the batch size (plus the id index used to find duplicates). At least one
-    result is yielded, so an empty file still gives a table with the right schema. Bad arguments raise
-    ValueError at the call; the file is opened on the first iteration.
+    Memory stays bounded by the batch size (plus the id index used to find duplicates, and the lines whose
+    `superseded_by` names a memory not read yet). At least one result is yielded, so an empty file still
+    gives a table with the right schema. Bad arguments raise ValueError at the call; the file is opened on
+    the first iteration. `existing` finds supersede targets outside the file; without it they are not checked.
     """
     _check_arguments(default_namespace, embedding_dim, batch_size)
-    return _parse_batches(Path(path), default_namespace, embedding_dim, batch_size)
+    return _parse_batches(Path(path), default_namespace, embedding_dim, batch_size, existing)
 
 
 def _parse_batches(
-    path: Path, default_namespace: str | None, embedding_dim: int, batch_size: int
+    path: Path,
+    default_namespace: str | None,
+    embedding_dim: int,
+    batch_size: int,
+    existing: ExistingLookup | None,
 ) -> Iterator[ParseResult]:
     schema = import_schema(embedding_dim)
     parser = _LineParser(default_namespace, embedding_dim)
@@ -160,7 +174,8 @@ def _parse_batches(
                 yield batch.result(schema)
                 batch = _Batch()
                 yielded = True
-    if batch.lines_read or not yielded:
+    parser.resolve_deferred(batch, existing)
+    if batch.lines_read or batch.memories or batch.rejects or not yielded:
         yield batch.result(schema)
 
 
@@ -257,15 +272,67 @@ class _LineParser:
         self.first_line_of_id: dict[str, int] = {}
         # id -> (namespace, superseded_by) of the valid lines so far: a supersede is checked against them.
         self.accepted: dict[str, tuple[str, str | None]] = {}
+        # Valid lines whose supersede target was not read yet: (line number, raw line, memory).
+        self.deferred: list[tuple[int, bytes, _Memory]] = []
 
     def parse(self, number: int, data: bytes, batch: _Batch) -> None:
         batch.lines_read += 1
         outcome = self._read_line(number, data)
         if isinstance(outcome, _Memory):
-            batch.memories.append(outcome)
+            if outcome.superseded_by is not None and outcome.superseded_by not in self.accepted:
+                self.deferred.append((number, data, outcome))  # its target may come later
+            else:
+                self.accepted[outcome.id] = (outcome.namespace, outcome.superseded_by)
+                batch.memories.append(outcome)
         else:
-            raw = data.rstrip(b"\n").removesuffix(b"\r").decode("utf-8", errors="replace")
-            batch.rejects.extend(Reject(number, field, reason, raw) for field, reason in outcome)
+            batch.rejects.extend(Reject(number, field, reason, _raw(data)) for field, reason in outcome)
+
+    def resolve_deferred(self, batch: _Batch, existing: ExistingLookup | None) -> None:
+        """Check the held-back supersedes against the whole file (and the store), into `batch`."""
+        if not self.deferred:
+            return
+        waiting = {m.id: (m.namespace, m.superseded_by) for _, _, m in self.deferred}
+        known = {**self.accepted, **waiting}
+        outside = sorted({m.superseded_by for _, _, m in self.deferred if m.superseded_by not in known})
+        in_store = existing(outside) if existing is not None and outside else {}
+        problems = {
+            m.id: self._deferred_problem(m, known, in_store, existing is not None)
+            for _, _, m in self.deferred
+        }
+        # A row superseded by a rejected line's memory would name a row that never arrives.
+        changed = True
+        while changed:
+            changed = False
+            for _, _, m in self.deferred:
+                if problems[m.id] is None and problems.get(m.superseded_by or "") is not None:
+                    problems[m.id] = f"names {m.superseded_by!r}, whose line was rejected"
+                    changed = True
+        for number, data, memory in self.deferred:
+            problem = problems[memory.id]
+            if problem is None:
+                self.accepted[memory.id] = waiting[memory.id]
+                batch.memories.append(memory)
+            else:
+                batch.rejects.append(Reject(number, "superseded_by", problem, _raw(data)))
+        self.deferred = []
+
+    @staticmethod
+    def _deferred_problem(
+        memory: _Memory, known: dict[str, tuple[str, str | None]], in_store: dict[str, str], checked: bool
+    ) -> str | None:
+        target = memory.superseded_by
+        namespace = known[target][0] if target in known else in_store.get(target or "")
+        if namespace is None:
+            return f"{target!r} is in neither the file nor the store" if checked else None
+        if namespace != memory.namespace:
+            return f"{target!r} is in another namespace ({namespace!r})"
+        seen = {memory.id}
+        while target in known:
+            if target in seen:
+                return f"makes a cycle of supersedes through {target!r}"
+            seen.add(target)
+            target = known[target][1]
+        return None
 
     def _read_line(self, number: int, data: bytes) -> _Memory | list[tuple[str, str]]:
         """The line's memory, or its problems as (field, reason) pairs."""
@@ -281,7 +348,6 @@ class _LineParser:
             self._check_supersede(memory, fields)
         if fields.problems or memory is None:  # no memory means a problem was reported
             return fields.problems
-        self.accepted[memory.id] = (memory.namespace, memory.superseded_by)
         return memory
 
     def _check_supersede(self, memory: _Memory, fields: _FieldReader) -> None:
@@ -310,6 +376,10 @@ class _LineParser:
         first = self.first_line_of_id.setdefault(memory_id, number)
         if first != number:
             fields.problem("id", f"duplicate id (first seen on line {first})")
+
+
+def _raw(data: bytes) -> str:
+    return data.rstrip(b"\n").removesuffix(b"\r").decode("utf-8", errors="replace")
 
 
 def _load_json_object(data: bytes) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,13 @@ def import_jsonl(
     partial = rejects_path.with_name(rejects_path.name + ".partial")
     partial.unlink(missing_ok=True)  # our own leftover from an interrupted import
     progress.start(f"import {path.name}", None)
-    for result in parse_jsonl(path, default_namespace=default_namespace, embedding_dim=embedding_dim):
+
+    def existing(ids: Sequence[str]) -> dict[str, str]:
+        return {i: row["namespace"] for i, row in store.read_memories(ids).items()}
+
+    for result in parse_jsonl(
+        path, default_namespace=default_namespace, embedding_dim=embedding_dim, existing=existing
+    ):
         rows = result.rows.to_pylist()
         inserted = store.insert_memories(rows)
         summary.lines_read += result.lines_read

@@ -798,9 +798,35 @@ def test_supersede_cycles_self_references_and_other_namespaces_are_rejected(tmp_
         f'{{"id": "g", "namespace": "ns", {base}, "superseded_by": "e"}}\n'
     )
     result = parse_all(path)
-    assert problems(result) == [
-        (2, "superseded_by", "makes a cycle of supersedes back to this memory"),
+    assert sorted(problems(result)) == [
+        (1, "superseded_by", "makes a cycle of supersedes through 'a'"),
+        (2, "superseded_by", "makes a cycle of supersedes through 'b'"),
         (3, "superseded_by", "names the memory itself"),
+        (4, "superseded_by", "'e' is in another namespace ('ns')"),  # named before it was read
         (6, "superseded_by", "'e' is in another namespace ('ns')"),
     ]
-    assert sorted(result.rows["id"].to_pylist()) == ["a", "d", "e", "g"]
+    assert sorted(result.rows["id"].to_pylist()) == ["e", "g"]
+
+
+def test_a_supersede_may_name_a_later_line_or_a_row_of_the_store(tmp_path: Path) -> None:
+    """Checked against the whole file and the store: only lines before it were checked, so a cycle through a
+    later line and a target in another namespace named before its line was read got in."""
+    base = '"content": "x", "created_at": "2024-01-01T00:00:00Z"'
+    path = tmp_path / "forward.jsonl"
+    path.write_text(
+        f'{{"id": "a", "namespace": "ns", {base}, "superseded_by": "b"}}\n'  # a later line: fine
+        f'{{"id": "b", "namespace": "ns", {base}}}\n'
+        f'{{"id": "c", "namespace": "ns", {base}, "superseded_by": "stored"}}\n'  # the store's row: fine
+        f'{{"id": "d", "namespace": "ns", {base}, "superseded_by": "elsewhere"}}\n'  # the store's, other ns
+        f'{{"id": "e", "namespace": "ns", {base}, "superseded_by": "nowhere"}}\n'
+        f'{{"id": "f", "namespace": "ns", {base}, "superseded_by": "e"}}\n'  # e's line is rejected
+    )
+    store = {"stored": "ns", "elsewhere": "other"}
+    result = parse_all(path, existing=lambda ids: {i: store[i] for i in ids if i in store}, batch_size=2)
+    assert sorted(problems(result)) == [
+        (4, "superseded_by", "'elsewhere' is in another namespace ('other')"),
+        (5, "superseded_by", "'nowhere' is in neither the file nor the store"),
+        (6, "superseded_by", "names 'e', whose line was rejected"),
+    ]
+    assert sorted(result.rows["id"].to_pylist()) == ["a", "b", "c"]
+    assert sum(r.lines_read for r in parse_jsonl(path, batch_size=2)) == 6
