@@ -15,7 +15,12 @@ from engram_pipelines.changes.invariants import (
     several_writes_per_row,
 )
 from engram_pipelines.changes.propose import propose_change_sets
-from engram_pipelines.changes.registry import find_change_set, load_change_set, ops_by
+from engram_pipelines.changes.registry import (
+    find_change_set,
+    load_change_set,
+    ops_by,
+    registered_change_set,
+)
 from engram_pipelines.changes.revert import approve_change_set
 from engram_pipelines.config import ANALYSES
 from engram_pipelines.plots import changes_by_op, markdown_image, top_keys
@@ -162,7 +167,10 @@ def _tables(context: dg.AssetCheckExecutionContext, store: StoreResource, wareho
     as_of = as_of_date(context)
     pointer = wh.read_run_pointer(as_of, _job(context))
     with store.open() as live:
-        changes = [load_change_set(live, change_set_id, _CHECKED)[1] for change_set_id in pointer.values()]
+        changes = [
+            load_change_set(live, change_set_id, _CHECKED, warehouse_root=wh.root)[1]
+            for change_set_id in pointer.values()
+        ]
     return changes, wh.read_table("memories", as_of, columns=["id", "namespace", "pinned", "kind"])
 
 
@@ -203,26 +211,30 @@ def applied_changes(
     engram_config: EngramConfigResource,
 ) -> dg.MaterializeResult:
     config = engram_config.load()
-    pointer = warehouse.get().read_run_pointer(as_of_date(context), _job(context))
+    wh = warehouse.get()
+    pointer = wh.read_run_pointer(as_of_date(context), _job(context))
     results = {}
     with store.open() as live:
         for klass in ("auto", "gated", "held"):
             change_set_id = pointer[klass]
             if klass != "auto":
-                record = find_change_set(live, change_set_id)
+                record = find_change_set(live, change_set_id, wh.root)
                 # What the volume guard held waits for a person, whatever review.auto_approve_gated says.
                 if klass == "held" or not config.review.auto_approve_gated or record.status != "proposed":
                     context.log.info(
                         f"gated change set {change_set_id} waits for review ({record.total} changes)"
                     )
                     continue
-                approve_change_set(live, change_set_id, actor="config:review.auto_approve_gated")
+                approve_change_set(
+                    live, change_set_id, actor="config:review.auto_approve_gated", warehouse_root=wh.root
+                )
             result = apply_change_set(
                 live,
                 change_set_id,
                 actor=f"dagster:{context.run.run_id[:8]}",
                 batch_size=config.apply.batch_size,
                 progress=LogProgress(context.log),
+                warehouse_root=wh.root,
             )
             results[klass] = result.as_dict()
             context.log.info(f"applied {change_set_id}: {result.as_dict()}")
@@ -296,9 +308,10 @@ def asset_checks(partitions_def: dg.PartitionsDefinition) -> list[dg.AssetChecks
     def apply_accounting_closes(
         context: dg.AssetCheckExecutionContext, store: StoreResource, warehouse: WarehouseResource
     ) -> dg.AssetCheckResult:
-        pointer = warehouse.get().read_run_pointer(as_of_date(context), _job(context))
+        wh = warehouse.get()
+        pointer = wh.read_run_pointer(as_of_date(context), _job(context))
         with store.open() as live:
-            record, table = load_change_set(live, pointer["auto"], ["change_id"])
+            record, table = load_change_set(live, pointer["auto"], ["change_id"], warehouse_root=wh.root)
             ledger = live.ledger(record.change_set_id)
         outcomes: dict[str, int] = {}
         for change_id in table.column("change_id").to_pylist():
@@ -329,7 +342,7 @@ def asset_checks(partitions_def: dg.PartitionsDefinition) -> list[dg.AssetChecks
     ) -> dg.AssetCheckResult:
         pointer = warehouse.get().read_run_pointer(as_of_date(context), _job(context))
         with store.open() as live:
-            record = find_change_set(live, pointer["held"])
+            record = registered_change_set(live, pointer["held"])
         held = record.counts.get("held_for_review", [])
         return dg.AssetCheckResult(
             passed=not held,

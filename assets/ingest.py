@@ -40,6 +40,7 @@ def memory_snapshot(
             actor=f"dagster:{context.run.run_id[:8]}",
             batch_size=config.apply.batch_size,
             progress=LogProgress(context.log),
+            warehouse_root=warehouse.get().root,
         )
         for resumed in resumed_sets:
             context.log.warning(

@@ -5,7 +5,7 @@ import dagster as dg
 from assets.changes import _job, applied_changes
 from assets.partitions import as_of_date, as_of_partitions
 from assets.resources import StoreResource, WarehouseResource
-from engram_pipelines.changes.registry import find_change_set
+from engram_pipelines.changes.registry import registered_change_set
 from engram_pipelines.health import COUNTED_COLUMNS, HealthReport, live_counts, snapshot_counts
 
 
@@ -30,7 +30,7 @@ def health_report(
     with store.open() as live:
         changes, applied = {}, {}
         for klass, change_set_id in pointer.items():
-            record = find_change_set(live, change_set_id)
+            record = registered_change_set(live, change_set_id)
             changes[klass] = {"change_set_id": change_set_id, "status": record.status, **record.counts}
             if "apply" in record.counts:
                 applied[klass] = record.counts["apply"]

@@ -355,7 +355,7 @@ def consolidate(
             "per_cluster": clusters,
         }
         with opened(store_arg) as store:
-            record, table = load_change_set(store, gated)
+            record, table = load_change_set(store, gated, warehouse_root=warehouse_path(warehouse))
             rows = table.to_pylist()
             memories = store.read_memories(_referenced_ids(rows))
         reports = wh.reports_dir(day)
@@ -662,7 +662,7 @@ def changes_show(
     from engram_pipelines.review import review_html, review_markdown
 
     with opened(store_arg) as store:
-        record, table = load_change_set(store, change_set_id)
+        record, table = load_change_set(store, change_set_id, warehouse_root=warehouse_path(warehouse))
         ledger = store.ledger(change_set_id)
         rows = table.to_pylist()
         memories = store.read_memories(_referenced_ids(rows)) if markdown_path or html_path else {}
@@ -722,7 +722,7 @@ def approve(
     from engram_pipelines.changes.revert import approve_change_set
 
     with opened(store_arg) as store:
-        approve_change_set(store, change_set_id, actor=actor)
+        approve_change_set(store, change_set_id, actor=actor, warehouse_root=warehouse_path(warehouse))
     emit({"change_set_id": change_set_id, "status": "approved", "by": actor}, as_json)
     if not as_json:
         console.print(
@@ -750,6 +750,7 @@ def apply_(
             actor=os.environ.get("USER", "cli"),
             batch_size=config.apply.batch_size,
             progress=BarProgress(),
+            warehouse_root=warehouse_path(warehouse),
         )
     emit(result.as_dict(), as_json)
     if not as_json:
@@ -836,7 +837,7 @@ def explain(
     from engram_pipelines.explain import explain_memory, render_explanation
 
     with opened(store_arg) as store:
-        story = explain_memory(store, memory_id)
+        story = explain_memory(store, memory_id, warehouse_path(warehouse))
     if not story["exists"] and not story["changes"] and not story["audit"]:
         raise UserError(
             f"no memory {memory_id} in this store, and no change or audit row ever named it (check the id and --store)"

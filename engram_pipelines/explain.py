@@ -10,18 +10,19 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engram_pipelines.changes.registry import change_set_places
 from engram_pipelines.store import Store
 from engram_pipelines.timestamps import format_timestamp
 
 
-def explain_memory(store: Store, memory_id: str) -> dict[str, Any]:
+def explain_memory(store: Store, memory_id: str, warehouse_root: Path | None = None) -> dict[str, Any]:
     row = store.get(memory_id)
     audit = store.audit_rows(target_id=memory_id)
     story: dict[str, Any] = {
         "id": memory_id,
         "exists": row is not None,
         "state": _state(row) if row else None,
-        "changes": _changes_touching(store, memory_id),
+        "changes": _changes_touching(store, memory_id, warehouse_root),
         "audit": [
             {
                 "at": format_timestamp(a["at"]),
@@ -69,10 +70,15 @@ def _readable(path: Path) -> bool:
     return True
 
 
-def _changes_touching(store: Store, memory_id: str) -> list[dict[str, Any]]:
+def _changes_touching(store: Store, memory_id: str, warehouse_root: Path | None) -> list[dict[str, Any]]:
     """Every stored change on this memory, or whose patch names it (a canonical, a contradiction partner)."""
     records = {r.change_set_id: r for r in store.list_change_sets()}
-    paths = [r.path for r in records.values() if _readable(Path(r.path))]
+    # The warehouse's own copy first (a copied store and warehouse), else where the set was written.
+    paths = [
+        p
+        for r in records.values()
+        if (p := next((f for f in change_set_places(r, warehouse_root) if _readable(f)), None)) is not None
+    ]
     if not paths:
         return []
     con = duckdb.connect()

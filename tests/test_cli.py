@@ -166,6 +166,37 @@ def test_review_cycle_from_the_command_line(store_url, tmp_path):
     assert code == 1 and "no memory never-was" in out and "restore" not in out
 
 
+def test_a_copied_store_and_warehouse_read_their_own_change_sets(tmp_path, monkeypatch):
+    """The registered path is where the set was written: a copy read the original's files (and failed when
+    they were gone or altered). With --warehouse, the copy's own file is read."""
+    import shutil
+
+    original = tmp_path / "original"
+    with open_store(f"sqlite:///{original}/engram.db", migrate=True) as store:
+        store.insert_memories([memory(1), memory(2)])
+        cs = propose(
+            store,
+            Warehouse(original / "wh"),
+            [intent("m2", "supersede", klass="gated", by="m1")],
+            klass="gated",
+        )
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    (original / "wh" / "change_sets" / f"{cs}.parquet").write_bytes(b"damaged")  # the original's file
+    monkeypatch.chdir(tmp_path)  # another folder than either
+    url, wh = f"sqlite:///{copy}/engram.db", str(copy / "wh")
+    assert run("changes", "show", cs, "--store", url, "--warehouse", wh)[0] == 0
+    assert run("approve", cs, "--store", url, "--warehouse", wh)[0] == 0
+    code, out = run("apply", cs, "--store", url, "--warehouse", wh, "--json")
+    assert code == 0 and json.loads(out)["applied"] == 1
+    code, out = run("explain", "m2", "--store", url, "--warehouse", wh, "--json")
+    assert [c["change_set_id"] for c in json.loads(out)["changes"]] == [cs]
+    code, out = run(
+        "approve", cs, "--store", f"sqlite:///{original}/engram.db", "--warehouse", str(original / "wh")
+    )
+    assert code != 0 and "cannot be read" in out  # the original's own file is the damaged one
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -90,8 +91,9 @@ def apply_change_set(
     batch_size: int = 1000,
     allow_unapproved: bool = False,
     progress: Progress | None = None,
+    warehouse_root: str | Path | None = None,
 ) -> ApplyResult:
-    record = find_change_set(store, change_set_id)
+    record = find_change_set(store, change_set_id, warehouse_root)
     if record.status == "reverted":
         raise ChangeSetStateError(f"change set {change_set_id} was reverted; it cannot be applied again")
     if record.review_class in REVIEWED_CLASSES and record.status == "proposed" and not allow_unapproved:
@@ -110,6 +112,7 @@ def resume_interrupted(
     actor: str = "engram-pipelines",
     batch_size: int = 1000,
     progress: Progress | None = None,
+    warehouse_root: str | Path | None = None,
 ) -> list[ApplyResult]:
     """Finish every apply a crash interrupted, oldest first, before a night reads the store.
 
@@ -123,7 +126,12 @@ def resume_interrupted(
             continue  # applied by hand without approval (the library's allow_unapproved): a person finishes it
         results.append(
             apply_change_set(
-                store, record.change_set_id, actor=actor, batch_size=batch_size, progress=progress
+                store,
+                record.change_set_id,
+                actor=actor,
+                batch_size=batch_size,
+                progress=progress,
+                warehouse_root=warehouse_root,
             )
         )
     return results

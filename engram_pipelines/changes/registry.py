@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import Counter
 from pathlib import Path
@@ -89,8 +90,8 @@ def store_change_set(
     return record
 
 
-def find_change_set(store: Store, change_set_id: str) -> ChangeSetRecord:
-    """The registered change set whose Parquet file exists (else ChangeSetNotFound, naming what is there)."""
+def registered_change_set(store: Store, change_set_id: str) -> ChangeSetRecord:
+    """The store's record of a change set, whether or not its file is at hand (a revert needs only the audit)."""
     record = store.get_change_set(change_set_id)
     if record is None:
         known = ", ".join(r.change_set_id for r in store.list_change_sets()[-5:]) or "none yet"
@@ -98,10 +99,33 @@ def find_change_set(store: Store, change_set_id: str) -> ChangeSetRecord:
             f"no change set {change_set_id!r} in this store (recent: {known}); `engram-pipelines changes list` "
             "shows them all"
         )
-    path = Path(record.path)
-    if not path.exists():
-        raise ChangeSetNotFound(f"change set {change_set_id} is registered but its file {path} is missing")
     return record
+
+
+def change_set_places(record: ChangeSetRecord, warehouse_root: str | Path | None) -> list[Path]:
+    """Where a set's file may be, in order: the given warehouse's copy, then where it was written."""
+    local = (
+        [Path(warehouse_root) / "change_sets" / f"{record.change_set_id}.parquet"] if warehouse_root else []
+    )
+    return [*local, Path(record.path)]
+
+
+def find_change_set(
+    store: Store, change_set_id: str, warehouse_root: str | Path | None = None
+) -> ChangeSetRecord:
+    """The registered change set, its `path` where its Parquet file is (else ChangeSetNotFound, naming what is
+    there): in `warehouse_root` when given and the file is there, else where it was written. A copied store and
+    warehouse read their own files, not the original's; the id is the content's hash, so any file of that name
+    holds the same plan (and `verify_change_set` checks it)."""
+    record = registered_change_set(store, change_set_id)
+    places = change_set_places(record, warehouse_root)
+    found = next((p for p in places if p.exists()), None)
+    if found is None:
+        raise ChangeSetNotFound(
+            f"change set {change_set_id} is registered but its file is missing (looked in "
+            f"{', '.join(str(p) for p in places)})"
+        )
+    return dataclasses.replace(record, path=str(found.resolve()))
 
 
 def read_changes(
@@ -146,7 +170,10 @@ def verify_change_set(record: ChangeSetRecord) -> None:
 
 
 def load_change_set(
-    store: Store, change_set_id: str, columns: list[str] | None = None
+    store: Store,
+    change_set_id: str,
+    columns: list[str] | None = None,
+    warehouse_root: str | Path | None = None,
 ) -> tuple[ChangeSetRecord, pa.Table]:
-    record = find_change_set(store, change_set_id)
+    record = find_change_set(store, change_set_id, warehouse_root)
     return record, read_changes(record, columns)

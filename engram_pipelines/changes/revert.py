@@ -5,9 +5,10 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from engram_pipelines.changes.registry import find_change_set, verify_change_set
+from engram_pipelines.changes.registry import find_change_set, registered_change_set, verify_change_set
 from engram_pipelines.records import WRITABLE_COLUMNS
 from engram_pipelines.store import LinkRevert, MemoryWrite, Outcome, Store
 from engram_pipelines.timestamps import format_timestamp, utc_now
@@ -34,8 +35,10 @@ class RevertResult:
         }
 
 
-def approve_change_set(store: Store, change_set_id: str, *, actor: str) -> None:
-    record = find_change_set(store, change_set_id)
+def approve_change_set(
+    store: Store, change_set_id: str, *, actor: str, warehouse_root: str | Path | None = None
+) -> None:
+    record = find_change_set(store, change_set_id, warehouse_root)
     if record.status != "proposed":
         raise ValueError(
             f"change set {change_set_id} is {record.status}; only a proposed set can be approved"
@@ -46,7 +49,7 @@ def approve_change_set(store: Store, change_set_id: str, *, actor: str) -> None:
 
 def revert_change_set(store: Store, change_set_id: str, *, actor: str = "engram-pipelines") -> RevertResult:
     """Put every row the set changed back to its pre-image, unless the row was edited since (then skip)."""
-    record = find_change_set(store, change_set_id)
+    record = registered_change_set(store, change_set_id)
     if record.status != "applied":
         raise ValueError(
             f"change set {change_set_id} is {record.status}; only an applied set can be reverted"
