@@ -281,16 +281,25 @@ def test_a_sqlite_write_waits_for_another_writer_s_lock_with_backoff(tmp_path):
         assert time.monotonic() - started >= 1.0 and store.get("m1") is not None
 
 
-def test_a_sqlite_write_lock_held_too_long_fails_naming_the_lock_and_writes_nothing(tmp_path):
-    path = tmp_path / "engram.db"
-    with open_store(f"sqlite:///{path}", migrate=True) as store:
+def _hold_store_lock(url: str, seconds: float, locked: threading.Event) -> None:
+    """Another process's view: a session of its own that takes the memories table's write lock and keeps it."""
+    with open_store(url) as other, other.write_transaction() as cur:
+        if url.startswith("postgres"):
+            cur.execute("LOCK TABLE memories IN EXCLUSIVE MODE")
+        locked.set()  # SQLite: BEGIN IMMEDIATE already holds the database's write lock
+        time.sleep(seconds)
+
+
+def test_a_write_lock_held_too_long_fails_naming_the_lock_and_writes_nothing(store):
+    if store.dialect == "sqlite":
         _quick_waits(store)
-        store.lock_wait_seconds = 0.5
-        locked = threading.Event()
-        holder = threading.Thread(target=_hold_write_lock, args=(path, 2.0, locked))
-        holder.start()
-        locked.wait()
-        with pytest.raises(StoreBusy, match=r"is locked by another writer .*nothing was written"):
-            store.insert_memories([memory(1)])
-        holder.join()
-        assert store.get("m1") is None
+    store.lock_wait_seconds = 0.5
+    locked = threading.Event()
+    holder = threading.Thread(target=_hold_store_lock, args=(store.url, 2.0, locked))
+    holder.start()
+    locked.wait()
+    with pytest.raises(StoreBusy, match=r"is locked by another .*nothing .*was written"):
+        store.insert_memories([memory(1)])
+    holder.join()
+    assert store.get("m1") is None
+    assert store.insert_memories([memory(1)]) == 1  # released: the next write lands

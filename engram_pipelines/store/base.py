@@ -214,6 +214,11 @@ class Store(ABC):
         read fetch them one at a time."""
 
     # -- lifecycle -----------------------------------------------------------------------------------------
+    # How long a write waits for a lock another process or session holds before it fails with StoreBusy. A
+    # nightly apply that gave up after SQLite's 10 s busy timeout left its set half applied behind a 30 s bulk
+    # write; five minutes covers a backup or a bulk load, and a stuck holder is still named.
+    lock_wait_seconds: float = 300.0
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.conn = self._connect()

@@ -24,7 +24,7 @@ from psycopg.types import TypeInfo
 
 from engram_pipelines import records
 from engram_pipelines.progress import Progress
-from engram_pipelines.store.base import JSON_COLUMNS, Store, StoreError, embedding_array
+from engram_pipelines.store.base import JSON_COLUMNS, Store, StoreBusy, StoreError, embedding_array
 
 _BATCH_TYPES = {
     "change_id": "text",
@@ -168,8 +168,17 @@ class PostgresStore(Store):
     @contextmanager
     def write_transaction(self) -> Iterator[psycopg.Cursor]:
         cur = self.conn.cursor()
+        # A lock another session holds is waited for (PostgreSQL queues the waiters), up to the store's limit.
+        cur.execute(f"SET LOCAL lock_timeout = '{int(self.lock_wait_seconds * 1000)}ms'")
         try:
             yield cur
+        except psycopg.errors.LockNotAvailable as exc:
+            self.conn.rollback()
+            raise StoreBusy(
+                f"the PostgreSQL store {self.redacted_url} is locked by another session (a lock held for "
+                f"{self.lock_wait_seconds:.0f}s): nothing of this transaction was written; find the holder in "
+                "pg_stat_activity / pg_locks, let it finish, then run again"
+            ) from exc
         except BaseException:
             self.conn.rollback()
             raise

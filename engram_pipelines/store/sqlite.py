@@ -3,8 +3,8 @@
 Agents and the pipeline share one file. A deferred transaction that reads and then writes fails outright
 when another writer got the lock in between ("database is locked" without waiting), so writes here always
 `BEGIN IMMEDIATE` and wait up to the busy timeout instead; when another process holds the lock longer (a
-bulk load, a backup), the transaction waits on with backoff up to `WRITE_LOCK_WAIT_S` before failing with a
-message that names the lock.
+bulk load, a backup), the transaction waits on with backoff up to `Store.lock_wait_seconds` before failing with
+a message that names the lock.
 """
 
 from __future__ import annotations
@@ -38,10 +38,6 @@ from engram_pipelines.store.base import (
 from engram_pipelines.timestamps import format_timestamp, parse_timestamp
 
 BUSY_TIMEOUT_MS = 10_000
-# How long a write transaction waits for another process's write lock in all (the busy timeout, then retries of
-# `BEGIN IMMEDIATE` with backoff): nothing has been written yet, so waiting is safe. A nightly apply that gave up
-# after the busy timeout left its set half applied behind a 30 s bulk write.
-WRITE_LOCK_WAIT_S = 300.0
 APPLY_WAL_PAGES = 65_536  # 256 MB of WAL between checkpoints during an apply
 APPLY_CACHE_KIB = -262_144  # negative: KiB, so 256 MB of page cache
 READ_AHEAD_ROWIDS = 50_000  # rows per statement of the read-ahead (its progress steps)
@@ -54,7 +50,6 @@ class SQLiteStore(Store):
         """Open the store at `url`; without `create`, only an existing file is opened (else MigrationRequired)."""
         self.path = sqlite_path(url)
         self.create = create
-        self.lock_wait_seconds = WRITE_LOCK_WAIT_S
         super().__init__(url)
 
     def _connect(self) -> sqlite3.Connection:
@@ -94,7 +89,8 @@ class SQLiteStore(Store):
             cur.execute("COMMIT")
 
     def _begin_immediate(self, cur: sqlite3.Cursor) -> None:
-        """Take the write lock, waiting with backoff while another process holds it (see WRITE_LOCK_WAIT_S)."""
+        """Take the write lock, waiting with backoff while another process holds it (`lock_wait_seconds`):
+        nothing has been written yet, so waiting is safe."""
         started = time.monotonic()
         pause = 0.1
         while True:
