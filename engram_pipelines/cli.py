@@ -21,6 +21,7 @@ import click
 from rich.console import Console
 from rich.table import Column, Table
 
+from engram_pipelines import api
 from engram_pipelines.changes.compose import REVIEWED_CLASSES
 from engram_pipelines.config import ConfigError, load_config, store_url, warehouse_path
 from engram_pipelines.store import Store, StoreError, open_store, redact
@@ -42,6 +43,7 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from engram_pipelines.changes.apply import ChangeSetStateError, ReviewRequired
+        from engram_pipelines.changes.operator import OperatorError
         from engram_pipelines.changes.registry import ChangeSetNotFound
         from engram_pipelines.changes.revert import RestoreError
         from engram_pipelines.jobrunner import WarehouseBusy
@@ -56,6 +58,7 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 ReviewRequired,
                 ChangeSetStateError,
                 RestoreError,
+                OperatorError,
                 WarehouseBusy,
                 FileNotFoundError,
                 ValueError,
@@ -719,10 +722,8 @@ def approve(
     as_json: bool,
 ) -> None:
     """Approve a review-gated change set so that `apply` may write it."""
-    from engram_pipelines.changes.revert import approve_change_set
-
     with opened(store_arg) as store:
-        approve_change_set(store, change_set_id, actor=actor, warehouse_root=warehouse_path(warehouse))
+        api.approve(store, change_set_id, actor=actor, warehouse=warehouse_path(warehouse))
     emit({"change_set_id": change_set_id, "status": "approved", "by": actor}, as_json)
     if not as_json:
         console.print(
@@ -739,18 +740,17 @@ def apply_(
     change_set_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
 ) -> None:
     """Apply a change set (CAS-guarded, audited; re-running is a no-op; a crashed run resumes)."""
-    from engram_pipelines.changes.apply import apply_change_set
     from engram_pipelines.progress import BarProgress
 
     config = load_config(config_path)
     with opened(store_arg) as store:
-        result = apply_change_set(
+        result = api.apply(
             store,
             change_set_id,
             actor=os.environ.get("USER", "cli"),
             batch_size=config.apply.batch_size,
             progress=BarProgress(),
-            warehouse_root=warehouse_path(warehouse),
+            warehouse=warehouse_path(warehouse),
         )
     emit(result.as_dict(), as_json)
     if not as_json:
@@ -787,16 +787,14 @@ def revert(
       engram-pipelines revert 2026-11-29-nightly-auto-3f2a9c0b1d
       engram-pipelines revert --night 2026-11-29
     """
-    from engram_pipelines.changes.revert import revert_change_set, revert_night
-
     if (change_set_id is None) == (night is None):
         raise UserError("name one change set ID, or --night DATE for every applied set of that day")
     actor = os.environ.get("USER", "cli")
     with opened(store_arg) as store:
         if night is not None:
-            result = revert_night(store, parse_date(night, "--night").isoformat(), job=job, actor=actor)
+            result = api.revert_night(store, parse_date(night, "--night").isoformat(), job=job, actor=actor)
         else:
-            result = revert_change_set(store, change_set_id, actor=actor)
+            result = api.revert(store, change_set_id, actor=actor)
     emit(result.as_dict(), as_json)
     if not as_json:
         console.print(f"[magenta]reverted[/] {result.reverted} changes of {result.change_set_id}")
@@ -816,10 +814,8 @@ def restore(
     memory_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
 ) -> None:
     """Bring a purged memory back under its original id from its audit pre-image."""
-    from engram_pipelines.changes.revert import restore_memory
-
     with opened(store_arg) as store:
-        result = restore_memory(store, memory_id, actor=os.environ.get("USER", "cli"))
+        result = api.restore(store, memory_id, actor=os.environ.get("USER", "cli"))
     emit(result, as_json)
     if not as_json:
         console.print(f"[green]restored[/] {memory_id}")
@@ -834,10 +830,10 @@ def explain(
     memory_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
 ) -> None:
     """Why a memory is in the state it is: its row, every change and audit row that touched it."""
-    from engram_pipelines.explain import explain_memory, render_explanation
+    from engram_pipelines.explain import render_explanation
 
     with opened(store_arg) as store:
-        story = explain_memory(store, memory_id, warehouse_path(warehouse))
+        story = api.explain(store, memory_id, warehouse=warehouse_path(warehouse))
     if not story["exists"] and not story["changes"] and not story["audit"]:
         raise UserError(
             f"no memory {memory_id} in this store, and no change or audit row ever named it (check the id and --store)"
@@ -845,6 +841,72 @@ def explain(
     emit(story, as_json)
     if not as_json:
         console.print(render_explanation(story))
+
+
+def _operator_write(store_arg: str | None, as_json: bool, write: Callable[[Store, str], Any]) -> None:
+    actor = os.environ.get("USER", "cli")
+    with opened(store_arg) as store:
+        result = write(store, actor)
+    emit(result.as_dict(), as_json)
+    if not as_json:
+        done = f"version {result.version}" if result.changed else "already so, nothing written"
+        console.print(f"[green]{result.op}[/] {result.id}: {done}")
+
+
+@main.command()
+@click.argument("memory_id")
+@common_options
+@json_option
+@friendly_errors
+def pin(
+    memory_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+) -> None:
+    """Pin a memory (seed 001's context_pin): exempt from decay and every cleanup, until unpinned.
+
+    \b
+    Example:
+      engram-pipelines pin 3f2a9c0b-...
+    """
+    _operator_write(store_arg, as_json, lambda store, actor: api.pin(store, memory_id, actor=actor))
+
+
+@main.command()
+@click.argument("memory_id")
+@common_options
+@json_option
+@friendly_errors
+def unpin(
+    memory_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+) -> None:
+    """Unpin a memory: decay and cleanup apply to it again."""
+    _operator_write(store_arg, as_json, lambda store, actor: api.unpin(store, memory_id, actor=actor))
+
+
+@main.command()
+@click.argument("memory_id")
+@click.option("--importance", type=float, help="Re-weight it too (0 to 1).")
+@common_options
+@json_option
+@friendly_errors
+def promote(
+    memory_id: str,
+    importance: float | None,
+    store_arg: str | None,
+    warehouse: str | None,
+    config_path: str | None,
+    as_json: bool,
+) -> None:
+    """Promote a memory into long-term memory now (seed 001's memory_promote), optionally re-weighted.
+
+    \b
+    Example:
+      engram-pipelines promote 3f2a9c0b-... --importance 0.9
+    """
+    _operator_write(
+        store_arg,
+        as_json,
+        lambda store, actor: api.promote(store, memory_id, actor=actor, importance=importance),
+    )
 
 
 if __name__ == "__main__":

@@ -373,6 +373,62 @@ class Store(ABC):
             )
         return int(row[0])
 
+    # What an operator command may write (seed 001's context_pin and memory_promote).
+    OPERATOR_COLUMNS = ("pinned", "tier", "importance")
+
+    def operator_write(
+        self,
+        memory_id: str,
+        expected_version: int,
+        changes: dict[str, Any],
+        *,
+        op: str,
+        actor: str,
+        change_set_id: str,
+        change_id: str,
+    ) -> int | None:
+        """An operator's version-checked write of `OPERATOR_COLUMNS`, with its audit row (before and after) and
+        ledger row in the same transaction; the new version, or None when the row moved on (or is gone)."""
+        unknown = set(changes) - set(self.OPERATOR_COLUMNS)
+        if unknown:
+            raise ValueError(f"an operator write may not set {sorted(unknown)}")
+        now = utc_now()
+        before = self._json_object([(c, self._json_value_sql(c)) for c in ("id", "version", *changes)])
+        with self.write_transaction() as cur:
+            cur.execute(
+                self._sql(
+                    f"SELECT {before} FROM memories m WHERE m.id = ? AND m.version = ? {self._lock_clause()}"
+                ),
+                (memory_id, expected_version),
+            )
+            found = cur.fetchone()
+            if found is None:
+                return None
+            sets = ", ".join(f"{c} = ?" for c in changes)
+            cur.execute(
+                self._sql(f"UPDATE memories SET {sets}, version = version + 1, updated_at = ? WHERE id = ?"),
+                (*(self._to_db(c, v) for c, v in changes.items()), self._to_db("updated_at", now), memory_id),
+            )
+            after = {"id": memory_id, "version": expected_version + 1, **changes}
+            cur.execute(
+                self._sql(
+                    "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "
+                    "after) VALUES (?, ?, ?, ?, 'memory', ?, ?, ?, ?)"
+                ),
+                (
+                    self._to_db("created_at", now),
+                    actor,
+                    change_set_id,
+                    change_id,
+                    memory_id,
+                    op,
+                    self._to_db("metadata", found[0]),
+                    self._to_db("metadata", after),
+                ),
+            )
+            self._record_outcomes(cur, change_set_id, [Outcome(change_id, memory_id, "applied")], now)
+        return expected_version + 1
+
     def set_pinned(self, memory_id: str, expected_version: int, pinned: bool = True) -> int:
         return self.update_memory(memory_id, expected_version, pinned=pinned)
 
