@@ -1,7 +1,8 @@
 """Run a Dagster job of the code location in-process and summarise it for the command line.
 
-The code location is found the way `dagster` finds it: by module name, from workspace.yaml (default
-`assets.definitions`). Loading it by name keeps this library free of imports from the Dagster layer.
+The job comes from the package's own definitions factory (`engram_pipelines.orchestration`), never from a
+workspace.yaml in the current folder (that may be another team's code). It is loaded by name: this module
+imports Dagster only when a job runs.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-DEFAULT_CODE_LOCATION = "assets.definitions"
+DEFINITIONS_MODULE = "engram_pipelines.orchestration.definitions"
 
 # Metadata keys worth a line in the command-line summary, per step.
 _SUMMARY_KEYS = (
@@ -52,18 +51,6 @@ _SUMMARY_KEYS = (
     "stale_after",
     "path",
 )
-
-
-def code_location_module(workspace: Path = Path("workspace.yaml")) -> str:
-    if workspace.exists():
-        loaded = yaml.safe_load(workspace.read_text()) or {}
-        for entry in loaded.get("load_from", []):
-            module = entry.get("python_module")
-            if isinstance(module, dict) and module.get("module_name"):
-                return str(module["module_name"])
-            if isinstance(module, str):
-                return module
-    return DEFAULT_CODE_LOCATION
 
 
 class WarehouseBusy(RuntimeError):
@@ -112,7 +99,7 @@ def _execute_job(
 ) -> dict[str, Any]:
     import dagster as dg
 
-    module = code_location_module()
+    module = DEFINITIONS_MODULE
     location = importlib.import_module(module)
     defs = location.build_definitions(store=store, warehouse=warehouse, config_path=config_path)
     job_def = defs.resolve_job_def(job)

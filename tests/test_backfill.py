@@ -18,7 +18,7 @@ def test_a_thirty_day_backfill_runs_once_and_writes_every_day(tmp_path: Path):
     with open_store(url, migrate=True) as store:
         load_demo(store, size=1_500, seed=3, as_of=AS_OF)
         before = store.query("SELECT id, version FROM memories ORDER BY id")
-    from assets.definitions import build_definitions
+    from engram_pipelines.orchestration.definitions import build_definitions
 
     defs = build_definitions(store=url, warehouse=str(tmp_path / "wh"))
     job = defs.resolve_job_def("backfill")
@@ -52,7 +52,7 @@ def test_each_backfilled_day_records_its_own_row_counts(tmp_path: Path):
     url = f"sqlite:///{tmp_path}/engram.db"
     with open_store(url, migrate=True) as store:
         load_demo(store, size=500, seed=3, as_of=AS_OF)
-    from assets.definitions import build_definitions
+    from engram_pipelines.orchestration.definitions import build_definitions
 
     defs = build_definitions(store=url, warehouse=str(tmp_path / "wh"))
     days = [AS_OF - dt.timedelta(days=i) for i in (2, 1, 0)]

@@ -69,7 +69,7 @@ def test_pinned_rows_survive_every_step_of_the_nightly(demo_store, tmp_path: Pat
 
 
 def test_the_asset_graph_snapshot():
-    from assets.definitions import build_definitions
+    from engram_pipelines.orchestration.definitions import build_definitions
 
     defs = build_definitions(store="sqlite:///:memory:", warehouse="/tmp/unused")
     graph = defs.resolve_asset_graph()
@@ -157,8 +157,8 @@ LINEAGE_ASSETS = {
 def test_column_lineage_names_only_columns_the_upstream_assets_have(tmp_path: Path):
     import dagster as dg
 
-    from assets.changes import ANALYSIS_SOURCES
-    from assets.definitions import build_definitions
+    from engram_pipelines.orchestration.changes import ANALYSIS_SOURCES
+    from engram_pipelines.orchestration.definitions import build_definitions
 
     url = f"sqlite:///{tmp_path}/engram.db"
     with open_store(url, migrate=True) as store:
@@ -220,7 +220,7 @@ def test_the_nightly_schedule_runs_the_utc_day_that_just_ended(tmp_path: Path):
 
     import dagster as dg
 
-    from assets.definitions import build_definitions
+    from engram_pipelines.orchestration.definitions import build_definitions
 
     config = tmp_path / "engram.yaml"
     config.write_text("partitions:\n  start: '2026-01-01'\n")  # an empty store would start them today

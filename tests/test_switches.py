@@ -99,7 +99,7 @@ def test_a_nightly_with_semantic_off_and_retention_behind_review(store_url: str,
     sources = {k: {json.loads(i)[0]["source"] for i in t["intents"].to_pylist()} for k, t in sets.items()}
     assert "semantic" not in sources["auto"] | sources["gated"] | sources["held"]
     assert "retention" in sources["gated"] and "retention" not in sources["auto"] | sources["held"]
-    from assets.definitions import build_definitions
+    from engram_pipelines.orchestration.definitions import build_definitions
 
     defs = build_definitions(store=store_url, warehouse=str(tmp_path / "wh"), config_path=path)
     graph = defs.resolve_asset_graph()

@@ -12,8 +12,8 @@ from typing import Any
 
 import dagster as dg
 
-from assets.partitions import as_of_date
 from engram_pipelines.config import Config
+from engram_pipelines.orchestration.partitions import as_of_date
 from engram_pipelines.warehouse import Warehouse
 
 # (context, warehouse, config, as_of, shard, shards): compute one shard and write its part.

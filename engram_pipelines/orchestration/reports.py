@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from assets.changes import _job, applied_changes
-from assets.partitions import as_of_date, as_of_partitions
-from assets.resources import StoreResource, WarehouseResource
 from engram_pipelines.changes.registry import registered_change_set
 from engram_pipelines.health import COUNTED_COLUMNS, HealthReport, live_counts, snapshot_counts
+from engram_pipelines.orchestration.changes import _job, applied_changes
+from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
+from engram_pipelines.orchestration.resources import StoreResource, WarehouseResource
 
 
 @dg.asset(

@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from assets.metadata import sample_markdown, standard
-from assets.partitions import as_of_date, as_of_partitions
-from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines import records
 from engram_pipelines.changes.apply import resume_interrupted
+from engram_pipelines.orchestration.metadata import sample_markdown, standard
+from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
+from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.progress import LogProgress
 from engram_pipelines.snapshot import take_snapshot
 

@@ -9,14 +9,20 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from assets.metadata import Lineage, column_lineage, sample_markdown, standard, value_counts
-from assets.partitions import as_of_date, as_of_partitions
-from assets.resources import EngramConfigResource, WarehouseResource
-from assets.shards import combine_op, shard_ops
 from engram_pipelines.clusters import CLUSTER_SCHEMA, clusters_table
 from engram_pipelines.config import Config
 from engram_pipelines.embeddings import load_embedder
 from engram_pipelines.merges import collapse_duplicates, consolidate
+from engram_pipelines.orchestration.metadata import (
+    Lineage,
+    column_lineage,
+    sample_markdown,
+    standard,
+    value_counts,
+)
+from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
+from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
+from engram_pipelines.orchestration.shards import combine_op, shard_ops
 from engram_pipelines.pair_cache import cached_vector_pairs
 from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs
 from engram_pipelines.plots import cluster_sizes, markdown_image, similarity_histogram

@@ -2,10 +2,10 @@
 
 import dagster as dg
 
-from assets.metadata import Lineage, column_lineage, sample_markdown, standard
-from assets.partitions import as_of_date, as_of_partitions
-from assets.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.contradiction_policy import CONTRADICTION_SCHEMA, find_contradictions
+from engram_pipelines.orchestration.metadata import Lineage, column_lineage, sample_markdown, standard
+from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
+from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
 
 # A pair comes from the similarity band (pairs), the structural join on the parsed content, or an explicit
 # metadata.contradicts link; the rules read the content (and the explicit links), the creation times say which

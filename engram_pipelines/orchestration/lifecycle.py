@@ -3,10 +3,17 @@
 import dagster as dg
 import pyarrow.compute as pc
 
-from assets.metadata import Lineage, column_lineage, column_schema, sample_markdown, standard, value_counts
-from assets.partitions import as_of_date, as_of_partitions
-from assets.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.decay import DECAY_SCHEMA, CueCache, decay_intents, decay_scores
+from engram_pipelines.orchestration.metadata import (
+    Lineage,
+    column_lineage,
+    column_schema,
+    sample_markdown,
+    standard,
+    value_counts,
+)
+from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
+from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.plots import markdown_image, score_histogram
 from engram_pipelines.promotion import PROMOTION_SCHEMA, promotion_intents, promotions
 from engram_pipelines.retention import RETENTION_SCHEMA, retention_intents, retention_moves

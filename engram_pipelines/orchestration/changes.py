@@ -3,9 +3,6 @@
 import dagster as dg
 import pyarrow as pa
 
-from assets.metadata import Lineage, column_lineage, column_schema, sample_markdown, standard
-from assets.partitions import as_of_date, as_of_partitions
-from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines import records
 from engram_pipelines.changes.apply import apply_change_set
 from engram_pipelines.changes.compose import CHANGE_SCHEMA
@@ -23,6 +20,15 @@ from engram_pipelines.changes.registry import (
 )
 from engram_pipelines.changes.revert import approve_change_set
 from engram_pipelines.config import ANALYSES
+from engram_pipelines.orchestration.metadata import (
+    Lineage,
+    column_lineage,
+    column_schema,
+    sample_markdown,
+    standard,
+)
+from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
+from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.plots import changes_by_op, markdown_image, top_keys
 from engram_pipelines.progress import LogProgress
 

@@ -4,12 +4,18 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from assets.metadata import Lineage, column_lineage, sample_markdown, standard, value_counts
-from assets.partitions import as_of_date, as_of_partitions
-from assets.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.associations import ASSOCIATION_SCHEMA, associations
 from engram_pipelines.compression import COMPRESSION_SCHEMA, compression
 from engram_pipelines.gc import GC_SCHEMA, garbage_links
+from engram_pipelines.orchestration.metadata import (
+    Lineage,
+    column_lineage,
+    sample_markdown,
+    standard,
+    value_counts,
+)
+from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
+from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.projection import project_auto_transitions
 from engram_pipelines.semantic import SEMANTIC_SCHEMA, semantic_extraction
 from engram_pipelines.switches import applied_tonight

@@ -5,10 +5,10 @@ import datetime as dt
 import dagster as dg
 import pyarrow as pa
 
-from assets.partitions import as_of_partitions
-from assets.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.embeddings import load_embedder
 from engram_pipelines.history import backfill
+from engram_pipelines.orchestration.partitions import as_of_partitions
+from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.pairs import exact_content_pairs, merged_pairs, vector_pairs
 from engram_pipelines.progress import LogProgress
 from engram_pipelines.records import LINK_SCHEMA, memory_schema
