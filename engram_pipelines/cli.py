@@ -338,7 +338,7 @@ def consolidate(
       engram-pipelines consolidate --store sqlite:///data/engram.db --as-of 2026-11-29
     """
     from engram_pipelines.changes.registry import load_change_set
-    from engram_pipelines.review import review_html, review_markdown
+    from engram_pipelines.review import referenced_ids, review_html, review_markdown
     from engram_pipelines.warehouse import Warehouse
 
     day = parse_date(as_of)
@@ -360,7 +360,7 @@ def consolidate(
         with opened(store_arg) as store:
             record, table = load_change_set(store, gated, warehouse_root=warehouse_path(warehouse))
             rows = table.to_pylist()
-            memories = store.read_memories(_referenced_ids(rows))
+            memories = store.read_memories(referenced_ids(rows))
         reports = wh.reports_dir(day)
         # Named by the change set they review: a later consolidate with other changes writes its own.
         (reports / f"review-{gated}.md").write_text(
@@ -662,13 +662,13 @@ def changes_show(
       engram-pipelines changes show ID --html review.html
     """
     from engram_pipelines.changes.registry import load_change_set
-    from engram_pipelines.review import review_html, review_markdown
+    from engram_pipelines.review import referenced_ids, review_html, review_markdown
 
     with opened(store_arg) as store:
         record, table = load_change_set(store, change_set_id, warehouse_root=warehouse_path(warehouse))
         ledger = store.ledger(change_set_id)
         rows = table.to_pylist()
-        memories = store.read_memories(_referenced_ids(rows)) if markdown_path or html_path else {}
+        memories = store.read_memories(referenced_ids(rows)) if markdown_path or html_path else {}
     for row in rows:
         row["outcome"] = ledger.get(row["change_id"], ("pending", None))[0]
     if markdown_path:
@@ -692,19 +692,6 @@ def changes_show(
     console.print(table_out)
     if len(rows) > limit:
         console.print(f"... {len(rows) - limit} more (--limit, --json)")
-
-
-def _referenced_ids(rows: list[dict[str, Any]]) -> list[str]:
-    """Every memory a review shows: targets, canonicals, link ends and contradiction partners."""
-    ids = {r["target_id"] for r in rows if r["target_kind"] == "memory"}
-    for row in rows:
-        patch = json.loads(row["patch"])
-        if isinstance(patch, dict):
-            ids.update(
-                patch[k] for k in ("superseded_by", "src_id", "dst_id") if isinstance(patch.get(k), str)
-            )
-        ids.update(i["params"]["with"] for i in json.loads(row["intents"]) if i["op"] == "flag_contradiction")
-    return sorted(ids)
 
 
 @main.command()

@@ -10,11 +10,12 @@ import html
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from engram_pipelines import mdtext
 from engram_pipelines.changes.compose import REVIEWED_CLASSES
-from engram_pipelines.store import ChangeSetRecord, redact
+from engram_pipelines.store import ChangeSetRecord, Store, redact
 
 
 def _clusters(rows: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
@@ -227,3 +228,32 @@ def review_html(
         parts.append("<h2>Next step</h2><div class='cmd'>" + e("\n".join(commands)) + "</div>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def referenced_ids(rows: list[dict[str, Any]]) -> list[str]:
+    """Every memory a review shows: targets, canonicals, link ends and contradiction partners."""
+    ids = {r["target_id"] for r in rows if r["target_kind"] == "memory"}
+    for row in rows:
+        patch = json.loads(row["patch"])
+        if isinstance(patch, dict):
+            ids.update(
+                patch[k] for k in ("superseded_by", "src_id", "dst_id") if isinstance(patch.get(k), str)
+            )
+        ids.update(i["params"]["with"] for i in json.loads(row["intents"]) if i["op"] == "flag_contradiction")
+    return sorted(ids)
+
+
+# A review page lists every change with both sides of it; past this many changes it is too long to read in a
+# browser, and `changes show ID` (filtered, paged) is the way in.
+REVIEW_PAGE_MAX_CHANGES = 5000
+
+
+def write_review_page(
+    store: Store, record: ChangeSetRecord, rows: list[dict[str, Any]], folder: Path, url: str
+) -> Path | None:
+    """`<folder>/review-<set>.html` for one set (None when it is empty or longer than a page holds)."""
+    if not rows or len(rows) > REVIEW_PAGE_MAX_CHANGES:
+        return None
+    path = folder / f"review-{record.change_set_id}.html"
+    path.write_text(review_html(record, rows, store.read_memories(referenced_ids(rows)), url))
+    return path

@@ -433,3 +433,31 @@ def test_review_page_lists_only_memories_as_losers(demo: Demo, browser: WebDrive
         if "not in the store" in e.text
     ]
     assert not orphans, f"{len(orphans)} losers without a memory, e.g. {orphans[0]!r}"
+
+
+def test_a_gated_set_is_approved_from_the_launchpad_and_applied(
+    ui: str, demo: Demo, browser: WebDriver
+) -> None:
+    """Last in the module: it changes the store the pages above read. The review decision is the job `review`,
+    configured in the launchpad as a person would, then launched."""
+    from engram_pipelines.store import open_store
+
+    browser.get(f"{ui}/jobs")
+    _wait(browser, "//a[normalize-space(.)='review']", "the job review in the job list").click()
+    _wait(browser, "//a[normalize-space(.)='Launchpad']", "the Launchpad tab").click()
+    editor = _wait(browser, "//div[contains(@class, 'CodeMirror')]", "the launchpad's config editor")
+    config = (
+        "ops:\n  review_change_set:\n    config:\n"
+        f"      change_set_id: {demo.gated_change_set}\n      action: approve_and_apply\n      actor: reviewer\n"
+    )
+    browser.execute_script("arguments[0].CodeMirror.setValue(arguments[1]);", editor, config)
+    _shot(browser, "review-launchpad")
+    _wait_text(browser, "No errors")  # the launchpad validated the config
+    launch = "//button[normalize-space(.)='Launch Run' and not(@disabled)]"
+    _wait(browser, launch, "the Launch Run button, enabled").click()
+    WebDriverWait(browser, PAGE_TIMEOUT).until(lambda d: "/runs/" in d.current_url)  # the run's page
+    _wait_text(browser, "Success", timeout=180)
+    _shot(browser, "review-run")
+    with open_store(demo.env["ENGRAM_STORE_URL"]) as store:
+        record = store.get_change_set(demo.gated_change_set)
+    assert record is not None and (record.status, record.approved_by) == ("applied", "reviewer")

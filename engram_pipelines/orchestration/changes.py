@@ -31,6 +31,7 @@ from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitio
 from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.plots import changes_by_op, markdown_image, top_keys
 from engram_pipelines.progress import LogProgress
+from engram_pipelines.review import write_review_page
 
 # The analyses whose proposals the change set gathers; each is an asset of the same name.
 ANALYSIS_SOURCES: list[str] = list(ANALYSES)
@@ -118,6 +119,17 @@ def change_set(
             config=config,
         )
         history = live.list_change_sets()
+        # What waits for a person, as a page to read before deciding (job `review` in the launchpad).
+        pages = {
+            klass: page
+            for klass in ("gated", "held")
+            if (
+                page := write_review_page(
+                    live, sets[klass][0], sets[klass][1].to_pylist(), wh.reports_dir(as_of), store.url
+                )
+            )
+            is not None
+        }
     wh.write_run_pointer(as_of, _job(context), {klass: rec.change_set_id for klass, (rec, _) in sets.items()})
     auto_table, gated_table, held_table = (sets[k][1] for k in ("auto", "gated", "held"))
     for klass, (record, _) in sets.items():
@@ -138,6 +150,8 @@ def change_set(
             "gated_changes": gated_table.num_rows,
             "held_changes": held_table.num_rows,
             "held_for_review": dg.MetadataValue.json(held),
+            **{f"review_page_{klass}": dg.MetadataValue.path(str(page)) for klass, page in pages.items()},
+            "how_to_decide": dg.MetadataValue.md(_how_to_decide(sets)),
             "by_op": dg.MetadataValue.json({k: rec.counts["by_op"] for k, (rec, _) in sets.items()}),
             "sample": sample_markdown(both, ["review_class", "namespace", "target_id", "op", "reason"]),
             "changes_by_namespace": dg.MetadataValue.md(
@@ -153,6 +167,22 @@ def change_set(
             ),
         }
     )
+
+
+def _how_to_decide(sets) -> str:
+    waiting = [(k, rec) for k, (rec, _) in sets.items() if k != "auto" and rec.total]
+    if not waiting:
+        return "Nothing waits for review tonight."
+    lines = ["Read the review page (`review_page_*`), then launch the job **review** with this config:", ""]
+    for klass, record in waiting:
+        lines += [
+            f"{klass} ({record.total} changes):",
+            "```yaml",
+            f"ops:\n  review_change_set:\n    config:\n      change_set_id: {record.change_set_id}",
+            "      action: approve_and_apply\n      actor: your-name",
+            "```",
+        ]
+    return "\n".join(lines)
 
 
 def _ops_over_time(records) -> dict[str, dict[str, int]]:

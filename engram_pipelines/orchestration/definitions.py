@@ -30,6 +30,7 @@ from engram_pipelines.orchestration.jobs import (
 )
 from engram_pipelines.orchestration.partitions import daily_from, first_as_of_day, with_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
+from engram_pipelines.orchestration.review import review_job
 from engram_pipelines.switches import describe
 
 Setting = str | dg.EnvVar | None
@@ -58,7 +59,7 @@ def build_definitions(
             config,
         ),
         asset_checks=[*dg.load_asset_checks_from_modules(modules), *changes.asset_checks(partitions_def)],
-        jobs=[nightly_job, consolidate_job, preview_job, backfill_job],
+        jobs=[nightly_job, consolidate_job, preview_job, backfill_job, review_job],
         executor=executor_for(config.execution),
         schedules=schedules(config),
         resources={
