@@ -671,7 +671,11 @@ def _embedding(value: Any, dim: int) -> np.ndarray:
     if not isinstance(value, list):
         raise _Invalid(f"must be a list of numbers or null, got {_brief(value)}")
     if len(value) != dim:
-        raise _Invalid(f"must have exactly {dim} values, got {len(value)}")
+        raise _Invalid(
+            f"must have exactly {dim} values, got {len(value)}: the store holds {dim}-d vectors "
+            "(the config's snapshot.embedding_dim); to keep these, set it to "
+            f"{len(value)} in a fresh store, or leave `embedding` out and the nightly embeds the text"
+        )
     # One C-level pass over the element types; numpy alone would accept "1.5" strings and booleans.
     if not set(map(type, value)) <= _NUMBER_TYPES:
         index = next(i for i, item in enumerate(value) if type(item) not in _NUMBER_TYPES)

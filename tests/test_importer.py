@@ -28,6 +28,11 @@ from engram_pipelines.importer import (
 MIXED = Path(__file__).parent / "data" / "import_mixed.jsonl"
 UTC = dt.UTC
 NO_ZONE = "has no zone (add 'Z' or an offset like '+02:00')"
+# What a vector of another size is told (the setting that decides, and the way out).
+WRONG_SIZE = (
+    ": the store holds {dim}-d vectors (the config's snapshot.embedding_dim); to keep these, set it to {got} in "
+    "a fresh store, or leave `embedding` out and the nightly embeds the text"
+)
 
 # Good lines of import_mixed.jsonl (1-based line numbers) and the id each must get: explicit ids as
 # written, derived ids as None (computed from the line in the test).
@@ -63,7 +68,7 @@ EXPECTED_REJECTS: list[tuple[int, str, str]] = [
     (12, "pinned", 'must be true or false, got "yes"'),
     (14, "embedding", "value at index 2 is NaN or infinite"),
     (15, "last_accessed_at", f"timestamp '2024-03-08 10:00:00' {NO_ZONE}"),
-    (15, "embedding", "must have exactly 384 values, got 3"),
+    (15, "embedding", "must have exactly 384 values, got 3" + WRONG_SIZE.format(dim=384, got=3)),
     (17, "id", "duplicate id (first seen on line 1)"),
     (18, "id", 'must be a non-empty string, got ""'),
     (18, "content", 'must be a non-empty string, got ""'),
@@ -395,7 +400,7 @@ def test_embedding_checks(tmp_path: Path) -> None:
         (6, "embedding", "value at index 2 is not a number: true"),
         (7, "embedding", "value at index 2 is not a number: [0.3]"),
         (8, "embedding", 'must be a list of numbers or null, got "0.1,0.2,0.3,0.4"'),
-        (9, "embedding", "must have exactly 4 values, got 0"),
+        (9, "embedding", "must have exactly 4 values, got 0" + WRONG_SIZE.format(dim=4, got=0)),
     ]
     vectors = result.rows.column("embedding").to_pylist()
     assert vectors[0] == pytest.approx([0.1, 0.2, 0.3, 0.4])
