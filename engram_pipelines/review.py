@@ -52,6 +52,13 @@ def _content(memories: dict[str, dict[str, Any]], memory_id: str | None) -> str:
     return str(memories[memory_id]["content"])
 
 
+def _when(memories: dict[str, dict[str, Any]], memory_id: str | None) -> str:
+    """When the memory was written (a merge or a contradiction reads differently a year apart)."""
+    row = memories.get(memory_id or "")
+    created = row.get("created_at") if row else None
+    return f"written {created:%Y-%m-%d %H:%M}" if created is not None else ""
+
+
 def _scores(row: dict[str, Any]) -> str:
     scores = []
     for item in json.loads(row["evidence"]):
@@ -185,7 +192,8 @@ def review_html(
         parts.append(
             f"<div class='card cluster' data-ns='{e(members[0]['namespace'])}' data-ops='{e(member_ops)}'>"
             f"<h3>{e(cluster_id)}</h3><div class='pair'><div class='canon'><b>{e(view.hub_label)}</b> "
-            f"<code>{e(str(view.hub_id))}</code><p>{e(view.hub_text)}</p>"
+            f"<code>{e(str(view.hub_id))}</code> <small>{e(_when(memories, view.hub_id))}</small>"
+            f"<p>{e(view.hub_text)}</p>"
         )
         if view.tags:
             parts.append("tag union: " + "".join(f"<span class='tag'>{e(t)}</span>" for t in view.tags))
@@ -193,22 +201,29 @@ def review_html(
         for row in view.members:
             parts.append(
                 f"<div class='loser'><b>{e(view.member_label)}</b> <code>{e(row['target_id'])}</code> "
-                f"<small>{e(_scores(row))}</small><p>{e(_content(memories, row['target_id']))}</p></div>"
+                f"<small>{e(_when(memories, row['target_id']))}; {e(_scores(row))}</small>"
+                f"<p>{e(_content(memories, row['target_id']))}</p></div>"
             )
         parts.append("</div></div></div>")
-    contradictions = [r for r in rest if "flag_contradiction" in r["ops"]]
+    # Beside the merges: the pairs flagged as contradicting, and the older rows a contradiction supersedes.
+    contradictions = [
+        r for r in rest if "flag_contradiction" in r["ops"] or "contradiction" in (r.get("source") or "")
+    ]
     if contradictions:
         parts.append(f"<h2>Contradictions ({len(contradictions)})</h2>")
         for row in contradictions:
             for intent in json.loads(row["intents"]):
-                if intent["op"] != "flag_contradiction":
+                other = intent["params"].get("with") or intent["params"].get("by")
+                if other is None:
                     continue
-                other = intent["params"]["with"]
+                side = "".join(
+                    f"<div><code>{e(i)}</code> <small>{e(_when(memories, i))}</small>"
+                    f"<p>{e(_content(memories, i))}</p></div>"
+                    for i in (row["target_id"], other)
+                )
                 parts.append(
                     f"<div class='card' data-ns='{e(row['namespace'])}' data-ops='{e(' '.join(row['ops']))}'>"
-                    f"<p><b>rule:</b> {e(intent['reason'])}</p><div class='pair'>"
-                    f"<div><code>{e(row['target_id'])}</code><p>{e(_content(memories, row['target_id']))}</p></div>"
-                    f"<div><code>{e(other)}</code><p>{e(_content(memories, other))}</p></div></div></div>"
+                    f"<p><b>{e(intent['op'])}:</b> {e(intent['reason'])}</p><div class='pair'>{side}</div></div>"
                 )
     others = [r for r in rest if r not in contradictions]
     if others:

@@ -152,6 +152,7 @@ def test_review_cycle_from_the_command_line(store_url, tmp_path):
     )
     page = html.read_text()
     assert code == 0 and "canonical" in page and "memory number 2" in page and f"approve {cs}" in page
+    assert page.count("written 2026-") >= 2  # each side of the merge with its date
     code, out = run("apply", cs, "--store", store_url)
     assert code == 1 and "review-gated" in out
     assert run("approve", cs, "--store", store_url)[0] == 0
@@ -347,3 +348,20 @@ def test_a_second_run_on_a_busy_warehouse_stops_at_once_naming_the_first(tmp_pat
     assert code != 0 and f"nightly for {AS_OF}" in out and "is using the warehouse" in out
     code, out = run("run", "--store", url, "--warehouse", str(warehouse), "--json")
     assert code == 0 and json.loads(out)["success"]  # released: the next run proceeds
+
+
+def test_the_review_page_shows_a_contradiction_supersede_beside_the_merges_with_dates(store_url, tmp_path):
+    with open_store(store_url, migrate=True) as store:
+        store.insert_memories([memory(1), memory(2)])
+        cs = propose(
+            store,
+            Warehouse(tmp_path / "wh"),
+            [intent("m1", "supersede", klass="gated", source="contradictions", by="m2")],
+            klass="gated",
+        )
+    html = tmp_path / "review.html"
+    assert run("changes", "show", cs, "--store", store_url, "--html", str(html))[0] == 0
+    page = html.read_text()
+    section = page[page.index("<h2>Contradictions (1)</h2>") :]
+    assert "supersede:" in section and "memory number 1" in section and "memory number 2" in section
+    assert section.count("written 2026-") == 2
