@@ -354,7 +354,7 @@ class SnapshotConfig(_Section):
     batch_size: int = Field(50_000, ge=1)
     """Rows per streamed batch (bounds memory)."""
     embedding_dim: int = Field(384, ge=1)
-    """Vector size; rows with vectors of another size are quarantined."""
+    """Vector size; a stored vector of another size is dropped (its row stays) and its text embedded."""
     max_invalid_fraction: float = Field(0.01, ge=0.0, le=1.0)
     """The blocking check fails the run when more rows than this are quarantined."""
 

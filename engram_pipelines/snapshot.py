@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engram_pipelines import records
 from engram_pipelines.progress import Progress, SilentProgress
@@ -33,6 +34,9 @@ class SnapshotResult:
     as_of: dt.date
     memories: int = 0
     quarantined: int = 0
+    vectors_dropped: int = (
+        0  # stored vectors of another size (or missing where a model is named): re-embedded
+    )
     links: int = 0
     namespaces: dict[str, int] = field(default_factory=dict)
     quarantine_samples: list[dict[str, str]] = field(default_factory=list)
@@ -70,6 +74,8 @@ def take_snapshot(
         warehouse.partition_writer("quarantine", as_of, quarantine_schema(embedding_dim)) as bad,
     ):
         for batch in store.iter_memory_batches(batch_size, embedding_dim):
+            batch, dropped = _without_unusable_vectors(batch)
+            result.vectors_dropped += dropped
             valid, invalid = _split(batch)
             good.write_batch(valid)
             if invalid.num_rows:
@@ -93,6 +99,30 @@ def take_snapshot(
     progress.finish()
     result.links_path = str(warehouse.table_path("links", as_of))
     return result
+
+
+def _without_unusable_vectors(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, int]:
+    """Rows whose stored vector the snapshot cannot hold (another size than snapshot.embedding_dim, e.g. a mem0
+    store's 1536-d vectors, or missing although a model is named) keep their row and lose only the vector:
+    the embeddings step embeds their text with the configured model. Quarantined, every row of such a store
+    stopped the night."""
+    unusable = pc.and_(pc.is_null(batch.column("embedding")), pc.is_valid(batch.column("embedding_model")))
+    dropped = pc.sum(unusable).as_py() or 0
+    if not dropped:
+        return batch, 0
+    for name in ("embedding_model", "embedded_content_sha"):
+        column = batch.column(name)
+        index = batch.schema.get_field_index(name)
+        batch = batch.set_column(index, name, pc.if_else(unusable, pa.scalar(None, column.type), column))
+    return batch, int(dropped)
+
+
+def vectors_dropped_message(dropped: int, embedding_dim: int) -> str:
+    return (
+        f"{dropped:,} stored vectors are not {embedding_dim}-d (the config's snapshot.embedding_dim) or are "
+        "missing: their texts are embedded with the configured model tonight. If the store's vectors come from "
+        "the configured model, set snapshot.embedding_dim to their size to use them as they are."
+    )
 
 
 def _split(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.RecordBatch]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import numpy as np
 import pandera.pandas as pandera
 import pyarrow as pa
 import pytest
@@ -84,3 +85,26 @@ def test_a_sqlite_snapshot_first_reads_every_memory_in_storage_order(tmp_path, w
     assert progress.tasks[0] == ("read the memories ahead, in storage order", 2_498, 2_498)
     assert [task for task, _, _ in progress.tasks[1:]] == ["snapshot memories", "snapshot links"]
     assert result.memories == 2_498
+
+
+def test_vectors_of_another_size_are_dropped_not_the_rows_and_the_night_embeds_them(store, tmp_path):
+    """A store of 1536-d vectors (mem0's) quarantined every row and stopped the night: now each row proceeds
+    without its vector, counted, and the nightly embeds its text with the configured model."""
+    from engram_pipelines.jobrunner import execute_job
+    from engram_pipelines.warehouse import Warehouse
+
+    wide = [memory(i, embedding=np.ones(1536), embedding_model="text-embedding-3-small") for i in range(6)]
+    store.insert_memories([*wide, memory(6)])
+    warehouse = Warehouse(tmp_path / "wh")
+    result = take_snapshot(store, warehouse, AS_OF, embedding_dim=384)
+    assert (result.memories, result.quarantined, result.vectors_dropped) == (7, 0, 6)
+    rows = {r["id"]: r for r in warehouse.read_table("memories", AS_OF).to_pylist()}
+    assert rows["m0"]["embedding"] is None and rows["m0"]["embedding_model"] is None
+    assert rows["m6"]["embedding_model"] == "test-384"  # a vector of the right size is kept as it is
+
+    night = execute_job(
+        "nightly", AS_OF, store=store.url, warehouse=str(tmp_path / "night"), config_path=None
+    )
+    assert night["success"], night.get("error")
+    assert night["steps"]["memory_snapshot"]["quarantined"] == 0
+    assert night["steps"]["embeddings"]["embedded"] >= 6

@@ -8,7 +8,7 @@ from engram_pipelines.orchestration.metadata import sample_markdown, standard
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.progress import LogProgress
-from engram_pipelines.snapshot import take_snapshot
+from engram_pipelines.snapshot import take_snapshot, vectors_dropped_message
 
 
 @dg.asset(
@@ -57,6 +57,8 @@ def memory_snapshot(
     context.log.info(
         f"snapshot {as_of}: {result.memories} memories, {result.quarantined} quarantined, {result.links} links"
     )
+    if result.vectors_dropped:
+        context.log.warning(vectors_dropped_message(result.vectors_dropped, config.snapshot.embedding_dim))
     memories = warehouse.get().read_table(
         "memories", as_of, columns=["id", "namespace", "tier", "kind", "zone"]
     )
@@ -64,6 +66,7 @@ def memory_snapshot(
         metadata={
             **standard(records.memory_schema(config.snapshot.embedding_dim), result.memories),
             "quarantined": result.quarantined,
+            "vectors_dropped": result.vectors_dropped,
             "invalid_fraction": float(result.invalid_fraction),
             "links": result.links,
             "resumed_change_sets": dg.MetadataValue.json([r.as_dict() for r in resumed_sets]),
