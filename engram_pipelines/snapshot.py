@@ -34,9 +34,8 @@ class SnapshotResult:
     as_of: dt.date
     memories: int = 0
     quarantined: int = 0
-    vectors_dropped: int = (
-        0  # stored vectors of another size (or missing where a model is named): re-embedded
-    )
+    # Stored vectors of another size (or missing where a model is named): dropped, their texts re-embedded.
+    vectors_dropped: int = 0
     links: int = 0
     namespaces: dict[str, int] = field(default_factory=dict)
     quarantine_samples: list[dict[str, str]] = field(default_factory=list)

@@ -25,7 +25,8 @@ of its previous k: forward (earlier -> later) weight `forward_weight / distance`
 neighbours beat farther ones. Only missing edges are created (an existing temporal link either way is kept as
 it is), and the later memory is marked `metadata.temporalEdges` = {builtAt, neighbors}: a marked memory is
 never wired again, so an edge that decays and is pruned does not come back the next night. A memory whose
-edges all exist is not written, unless one of them is pruned tonight (action `mark`: marked, nothing built). Edges weaker than the prune threshold are not created.
+edges all exist is not written, unless one of them is pruned tonight (action `mark`: marked, nothing built).
+Edges weaker than the prune threshold are not created.
 
 Everything is review class `auto`; links are upserted or deleted, memories only get the marker.
 """

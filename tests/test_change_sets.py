@@ -647,3 +647,40 @@ def test_a_change_set_made_with_a_relative_warehouse_is_found_from_another_folde
     monkeypatch.chdir(tmp_path)
     assert Path(find_change_set(store, cs).path).is_absolute()
     assert apply_change_set(store, cs).applied == 1
+
+
+def test_a_night_reverted_as_one_puts_back_each_row_as_it_was_before_the_first_set():
+    """Two sets of one night on the same rows: the net pre-image is the first set's, the guard the last set's;
+    a row updated then purged comes back whole (the purge's full pre-image, the first set's columns); a row
+    created and purged the same night has nothing to undo."""
+    from engram_pipelines.changes.revert import _net_entries
+
+    rows = [
+        {
+            "audit_id": audit_id,
+            "target_kind": "memory",
+            "target_id": target,
+            "op": op,
+            "before": b,
+            "after": a,
+        }
+        for audit_id, target, op, b, a in [
+            (1, "a", "mark_stale", {"version": 1, "stale": False}, {"version": 2, "stale": True}),
+            (2, "b", "set_metadata", {"version": 4, "tags": []}, {"version": 5, "tags": ["x"]}),
+            (3, "c", "insert", None, {"version": 1}),
+            (
+                4,
+                "a",
+                "supersede",
+                {"version": 2, "superseded_by": None},
+                {"version": 3, "superseded_by": "z"},
+            ),
+            (5, "b", "purge", {"version": 5, "tags": ["x"], "content": "kept text"}, None),
+            (6, "c", "purge", {"version": 1, "content": "node"}, None),
+        ]
+    ]
+    net = {e["target_id"]: e for e in _net_entries(rows)}
+    assert set(net) == {"a", "b"}
+    assert net["a"]["before"] == {"version": 1, "stale": False} and net["a"]["after"]["version"] == 3
+    assert net["b"]["after"] is None
+    assert net["b"]["before"] == {"version": 4, "tags": [], "content": "kept text"}

@@ -90,7 +90,16 @@ def _net_entries(audit: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for entry in sorted(audit, key=lambda a: a["audit_id"]):
         key = (entry["target_kind"], entry["target_id"])
         first = net.get(key)
-        net[key] = entry if first is None else {**entry, "before": first["before"], "op": first["op"]}
+        if first is None:
+            net[key] = entry
+        elif first["before"] is None and entry["after"] is None:
+            del net[key]  # created and deleted by the same night: nothing to undo
+        elif entry["after"] is None and entry["target_kind"] == "memory":
+            # Updated, then purged: the purge's pre-image is the whole row (content, vector); the first
+            # write's pre-image holds the columns as they were before the night.
+            net[key] = {**entry, "before": {**entry["before"], **first["before"]}, "op": first["op"]}
+        else:
+            net[key] = {**entry, "before": first["before"], "op": first["op"]}
     return sorted(net.values(), key=lambda a: a["audit_id"])
 
 

@@ -175,8 +175,8 @@ class PostgresStore(Store):
         except psycopg.errors.LockNotAvailable as exc:
             self.conn.rollback()
             raise StoreBusy(
-                f"the PostgreSQL store {self.redacted_url} is locked by another session (a lock held for "
-                f"{self.lock_wait_seconds:.0f}s): nothing of this transaction was written; find the holder in "
+                f"the PostgreSQL store {self.redacted_url} is locked by another session (waited "
+                f"{self.lock_wait_seconds:.0f}s for its lock): nothing of this transaction was written; find the holder in "
                 "pg_stat_activity / pg_locks, let it finish, then run again"
             ) from exc
         except BaseException:

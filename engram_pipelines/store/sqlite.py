@@ -103,8 +103,8 @@ class SQLiteStore(Store):
                 waited = time.monotonic() - started
                 if waited >= self.lock_wait_seconds:
                     raise StoreBusy(
-                        f"the SQLite store {self.path} is locked by another writer (its write lock, held for "
-                        f"{waited:.0f}s): nothing was written; find the process holding it (`fuser {self.path}`), "
+                        f"the SQLite store {self.path} is locked by another writer (waited {waited:.0f}s for its "
+                        f"write lock): nothing was written; find the process holding it (`fuser {self.path}`), "
                         "let it finish, then run again"
                     ) from exc
                 time.sleep(min(pause, max(self.lock_wait_seconds - waited, 0.0)))
