@@ -996,21 +996,24 @@ class Store(ABC):
         cols = ", ".join(records.LINK_COLUMNS)
         outcome: dict[str, str | None] = {}
         with self.write_transaction() as cur:
-            current: dict[tuple[str, str, str], dict[str, Any] | None] = {}
-            for r in reverts:
-                cur.execute(
-                    self._sql(
-                        f"SELECT {cols} FROM memory_links m WHERE m.src_id = ? AND m.dst_id = ? AND m.kind = ? "
-                        f"{self._lock_clause()}"
-                    ),
-                    r.key,
-                )
-                found = cur.fetchone()
-                current[r.key] = (
-                    None
-                    if found is None
-                    else {c: self._from_db(c, v) for c, v in zip(records.LINK_COLUMNS, found, strict=True)}
-                )
+            # The links as they are now, read through the link writes' batch table (one primary-key probe per
+            # row in one statement, locked on PostgreSQL): one SELECT per link took 19.7 s for 68k changes there.
+            self._ensure_link_batch_table(cur)
+            keys = [
+                (seq, r.change_id, "link_delete", None, *r.key, None, None, None, None)
+                for seq, r in enumerate(reverts)
+            ]
+            self._fill_batch_table(cur, "_link_batch", self._LINK_BATCH_COLUMNS, keys)
+            cur.execute(
+                f"UPDATE _link_batch SET before = (SELECT {self._link_preimage_sql()} FROM memory_links m "
+                "WHERE m.src_id = _link_batch.src_id AND m.dst_id = _link_batch.dst_id AND m.kind = _link_batch.kind "
+                f"{self._lock_clause()})"
+            )
+            cur.execute("SELECT seq, before FROM _link_batch ORDER BY seq")
+            current: dict[tuple[str, str, str], dict[str, Any] | None] = {
+                reverts[seq].key: None if before is None else self._from_db("metadata", before)
+                for seq, before in cur.fetchall()
+            }
             ends = sorted({i for r in reverts if r.restore is not None for i in r.key[:2]})
             existing: set[str] = set()
             for start in range(0, len(ends), 500):
