@@ -161,6 +161,14 @@ def init(store_arg: str | None, warehouse: str | None, config_path: str | None, 
     type=click.Path(dir_okay=False, path_type=Path),
     help="Where bad lines go (default FILE with the suffix .rejects.jsonl).",
 )
+@click.option(
+    "--format",
+    "source_format",
+    type=click.Choice(["engram", "mem0"]),
+    default="engram",
+    show_default=True,
+    help="mem0: lines are mem0 memories (memory, user_id/agent_id/run_id, hash, metadata, ...).",
+)
 @common_options
 @json_option
 @friendly_errors
@@ -168,6 +176,7 @@ def import_(
     file: Path,
     namespace: str | None,
     rejects: Path | None,
+    source_format: str,
     store_arg: str | None,
     warehouse: str | None,
     config_path: str | None,
@@ -177,8 +186,9 @@ def import_(
 
     \b
     Re-importing the same file changes nothing (ids are given or derived from the content).
-    Example:
+    Examples:
       engram-pipelines import history.jsonl --namespace agent:coder --rejects history.rejects.jsonl
+      engram-pipelines import mem0-export.jsonl --format mem0
     """
     from engram_pipelines.importing import import_jsonl
     from engram_pipelines.progress import BarProgress
@@ -193,6 +203,7 @@ def import_(
             embedding_dim=config.snapshot.embedding_dim,
             rejects_path=rejects,
             progress=BarProgress(),
+            source_format=source_format,
         )
     emit(summary.as_dict(), as_json)
     if not as_json:

@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from engram_pipelines import jsontext, records
+from engram_pipelines.mem0_format import from_mem0
 from engram_pipelines.timestamps import NaiveTimestampError, format_timestamp, parse_timestamp
 
 LINE_FIELD = "<line>"  # the `field` of a reject about the whole line (invalid JSON, not an object)
@@ -80,6 +81,12 @@ IMPORT_COLUMNS: tuple[str, ...] = (
     "metadata",
 )
 KNOWN_FIELDS: frozenset[str] = frozenset(IMPORT_COLUMNS) | frozenset(METADATA_ID_FIELDS)
+
+# The formats `import --format` reads: name -> how a record becomes an import record (None: as it is).
+SOURCE_FORMATS: dict[str, Callable[[dict[str, Any]], dict[str, Any]] | None] = {
+    "engram": None,
+    "mem0": from_mem0,
+}
 
 _INT64_MAX = 2**63 - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -140,6 +147,7 @@ def parse_jsonl(
     embedding_dim: int = 384,
     batch_size: int = 50_000,
     existing: ExistingLookup | None = None,
+    source_format: str = "engram",
 ) -> Iterator[ParseResult]:
     """Parse a JSON Lines memory export, yielding one result per `batch_size` non-blank lines.
 
@@ -147,9 +155,14 @@ def parse_jsonl(
     `superseded_by` names a memory not read yet). At least one result is yielded, so an empty file still
     gives a table with the right schema. Bad arguments raise ValueError at the call; the file is opened on
     the first iteration. `existing` finds supersede targets outside the file; without it they are not checked.
+    `source_format` "mem0" reads mem0's memory records (`engram_pipelines.mem0_format`).
     """
+    if source_format not in SOURCE_FORMATS:
+        raise ValueError(f"unknown import format {source_format!r}: one of {', '.join(SOURCE_FORMATS)}")
     _check_arguments(default_namespace, embedding_dim, batch_size)
-    return _parse_batches(Path(path), default_namespace, embedding_dim, batch_size, existing)
+    return _parse_batches(
+        Path(path), default_namespace, embedding_dim, batch_size, existing, SOURCE_FORMATS[source_format]
+    )
 
 
 def _parse_batches(
@@ -158,9 +171,10 @@ def _parse_batches(
     embedding_dim: int,
     batch_size: int,
     existing: ExistingLookup | None,
+    translate: Callable[[dict[str, Any]], dict[str, Any]] | None,
 ) -> Iterator[ParseResult]:
     schema = import_schema(embedding_dim)
-    parser = _LineParser(default_namespace, embedding_dim)
+    parser = _LineParser(default_namespace, embedding_dim, translate)
     batch = _Batch()
     yielded = False
     with path.open("rb") as file:  # bytes, so only "\n" ends a line and bad UTF-8 is one reject
@@ -266,7 +280,13 @@ class _Batch:
 class _LineParser:
     """Turns lines into memories or rejects; remembers which line first claimed each id."""
 
-    def __init__(self, default_namespace: str | None, embedding_dim: int) -> None:
+    def __init__(
+        self,
+        default_namespace: str | None,
+        embedding_dim: int,
+        translate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        self.translate = translate  # another system's record -> an import record
         self.default_namespace = default_namespace
         self.embedding_dim = embedding_dim
         self.first_line_of_id: dict[str, int] = {}
@@ -340,7 +360,7 @@ class _LineParser:
             record = _load_json_object(data)
         except _Invalid as invalid:
             return [(LINE_FIELD, str(invalid))]
-        fields = _FieldReader(record)
+        fields = _FieldReader(self.translate(record) if self.translate else record)
         memory_id, memory = _read_memory(fields, self.default_namespace, self.embedding_dim)
         if memory_id is not None:
             self._check_duplicate(memory_id, number, fields)

@@ -44,6 +44,7 @@ def import_jsonl(
     embedding_dim: int,
     rejects_path: Path,
     progress: Progress | None = None,
+    source_format: str = "engram",
 ) -> ImportSummary:
     """Import `path`; bad lines go to `rejects_path`, which is replaced only at the end and only when there are
     any (written beside it first): the input is never touched, whatever `rejects_path` is."""
@@ -61,7 +62,11 @@ def import_jsonl(
         return {i: row["namespace"] for i, row in store.read_memories(ids).items()}
 
     for result in parse_jsonl(
-        path, default_namespace=default_namespace, embedding_dim=embedding_dim, existing=existing
+        path,
+        default_namespace=default_namespace,
+        embedding_dim=embedding_dim,
+        existing=existing,
+        source_format=source_format,
     ):
         rows = result.rows.to_pylist()
         inserted = store.insert_memories(rows)

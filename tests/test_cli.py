@@ -365,3 +365,21 @@ def test_the_review_page_shows_a_contradiction_supersede_beside_the_merges_with_
     section = page[page.index("<h2>Contradictions (1)</h2>") :]
     assert "supersede:" in section and "memory number 1" in section and "memory number 2" in section
     assert section.count("written 2026-") == 2
+
+
+def test_a_mem0_export_imports_from_the_command_line(store_url, tmp_path):
+    export = tmp_path / "mem0.jsonl"
+    export.write_text(
+        json.dumps(
+            {"memory": "My name is liguoyu", "user_id": "liguoyu", "created_at": "2026-03-01T10:00:00Z"}
+        )
+        + "\n"
+        + json.dumps(
+            {"memory": "My name is liguosong", "user_id": "liguoyu", "created_at": "2026-03-02T10:00:00Z"}
+        )
+        + "\n"
+    )
+    code, out = run("import", str(export), "--format", "mem0", "--store", store_url, "--json")
+    assert code == 0 and json.loads(out)["imported"] == 2
+    with open_store(store_url) as store:
+        assert len(store.recall("user:liguoyu")) == 2

@@ -835,3 +835,45 @@ def test_a_supersede_may_name_a_later_line_or_a_row_of_the_store(tmp_path: Path)
     ]
     assert sorted(result.rows["id"].to_pylist()) == ["a", "b", "c"]
     assert sum(r.lines_read for r in parse_jsonl(path, batch_size=2)) == 6
+
+
+def test_mem0_memories_import_with_their_scope_as_the_namespace_and_nothing_dropped(tmp_path: Path) -> None:
+    """mem0 lines were rejected ("unknown field: memory, user_id")."""
+    path = tmp_path / "mem0.jsonl"
+    lines = [
+        {  # an item of Memory.get_all()
+            "id": "5f1b8e52-1f6a-4d3e-9a0e-2b9f0f7d1c11",
+            "memory": "My name is liguoyu",
+            "hash": "2c1f3e9a",
+            "metadata": {"source": "chat"},
+            "score": 0.42,
+            "created_at": "2026-03-01T10:00:00.123456-08:00",
+            "updated_at": None,
+            "user_id": "liguoyu",
+            "agent_id": "assistant",
+        },
+        {  # a row of its vector store
+            "id": "6a2c9f63-2a7b-4e4f-8b1f-3cae1f8e2d22",
+            "payload": {
+                "data": "Prefers green tea",
+                "hash": "9d8e",
+                "agent_id": "coder",
+                "created_at": "2026-03-02T09:00:00+00:00",
+            },
+        },
+        {"memory": "no scope, no default", "created_at": "2026-03-03T09:00:00+00:00", "colour": "blue"},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = parse_all(path, source_format="mem0")
+    rows = {r["id"]: r for r in result.rows.to_pylist()}
+    first = rows["5f1b8e52-1f6a-4d3e-9a0e-2b9f0f7d1c11"]
+    assert (first["namespace"], first["content"]) == ("user:liguoyu", "My name is liguoyu")
+    assert json.loads(first["metadata"]) == {
+        "source": "chat",
+        "mem0": {"hash": "2c1f3e9a", "user_id": "liguoyu", "agent_id": "assistant"},
+    }
+    second = rows["6a2c9f63-2a7b-4e4f-8b1f-3cae1f8e2d22"]
+    assert (second["namespace"], second["content"]) == ("agent:coder", "Prefers green tea")
+    assert sorted((p[0], p[1]) for p in problems(result)) == [(3, "colour"), (3, "namespace")]
+    with pytest.raises(ValueError, match="unknown import format 'mem1'"):
+        list(parse_jsonl(path, source_format="mem1"))
