@@ -221,11 +221,24 @@ def import_(
 
 @main.command()
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Output file (default stdout).")
+@click.option(
+    "--format",
+    "target_format",
+    type=click.Choice(["engram", "mem0"]),
+    default="engram",
+    show_default=True,
+    help="mem0: the memories recall shows, as mem0's Memory.get_all() items.",
+)
 @common_options
 @json_option
 @friendly_errors
 def export(
-    out: Path | None, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
+    out: Path | None,
+    target_format: str,
+    store_arg: str | None,
+    warehouse: str | None,
+    config_path: str | None,
+    as_json: bool,
 ) -> None:
     """Export every memory as JSON Lines in the import format, lifecycle state included (a backup).
 
@@ -238,13 +251,14 @@ def export(
     from engram_pipelines.exporting import export_jsonl
 
     config = load_config(config_path)
+    dim = config.snapshot.embedding_dim
     with opened(store_arg) as store:  # opened first: a missing store fails before --out is created
         if out is None:
-            count = export_jsonl(store, sys.stdout, embedding_dim=config.snapshot.embedding_dim)
+            count = export_jsonl(store, sys.stdout, embedding_dim=dim, target_format=target_format)
         else:
             # UTF-8 whatever the locale: the import reads UTF-8, and the export keeps non-ASCII text as is.
             with out.open("w", encoding="utf-8") as handle:
-                count = export_jsonl(store, handle, embedding_dim=config.snapshot.embedding_dim)
+                count = export_jsonl(store, handle, embedding_dim=dim, target_format=target_format)
     if out is not None:
         emit({"exported": count, "path": str(out)}, as_json)
         if not as_json:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
+from engram_pipelines.mem0_format import to_mem0
 from engram_pipelines.store import Store
 from engram_pipelines.timestamps import format_timestamp
 
@@ -45,10 +46,28 @@ _EXPORTED = (
 _TIMESTAMPS = ("created_at", "updated_at", "last_accessed_at", "zone_since")
 
 
-def export_jsonl(store: Store, out: TextIO, *, embedding_dim: int, batch_size: int = 20_000) -> int:
+def export_jsonl(
+    store: Store, out: TextIO, *, embedding_dim: int, batch_size: int = 20_000, target_format: str = "engram"
+) -> int:
+    """Every memory in the import format; with `target_format` "mem0", the memories recall shows, as mem0's
+    `Memory.get_all()` items (`engram_pipelines.mem0_format.to_mem0`)."""
+    if target_format not in ("engram", "mem0"):
+        raise ValueError(f"unknown export format {target_format!r}: engram or mem0")
     count = 0
+    # What recall shows (the store's recall_memories view: not hidden, not a source a node carries).
+    visible = (
+        {r[0] for r in store.query("SELECT id FROM recall_memories")} if target_format == "mem0" else set()
+    )
     for batch in store.iter_memory_batches(batch_size, embedding_dim):
         rows = batch.select(list(_EXPORTED)).to_pylist()
+        if target_format == "mem0":
+            for row in rows:
+                if row["id"] in visible:
+                    out.write(
+                        json.dumps(to_mem0(_import_form(row)), ensure_ascii=False, sort_keys=True) + "\n"
+                    )
+                    count += 1
+            continue
         # A vector of another dimension is NULL in a fixed-size batch: fetch those few rows as they are.
         odd = [r["id"] for r in rows if r["embedding"] is None and r["embedding_model"] is not None]
         raw = store.read_memories(odd) if odd else {}

@@ -5,6 +5,11 @@ A mem0 export line is an item of `Memory.get_all()` (`id`, `memory`, `hash`, `me
 for chat messages), or a row of its vector store (`id` and a payload whose text is `data`). mem0 lines failed
 the import before ("unknown field: memory, user_id").
 
+Back (`export --format mem0`): each memory visible in recall becomes a `Memory.get_all()` item again, its
+scopes from `metadata.mem0` (else from its namespace), `hash` the MD5 of the text as mem0 computes it. Rows
+the pipeline hid (superseded, archived, queued for purge) are left out: mem0 has no lifecycle, so loading them
+back into mem0 would bring them back into its search.
+
 Mapping: the text is the content; the first scope of `user_id`, `agent_id`, `run_id` is the namespace
 (`user:alice`, `agent:coder`, `run:42`: memories of one user are one namespace, as mem0 scopes its reads); the
 rest of mem0's own fields (its content hash, the other scopes, actor and role) are kept under `metadata.mem0`,
@@ -14,6 +19,7 @@ memory, and is left out. Any other field stays as it is, so the importer still n
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 SCOPES = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
@@ -44,3 +50,25 @@ def from_mem0(record: dict[str, Any]) -> dict[str, Any]:
         if metadata is not None and not isinstance(metadata, dict):
             line["metadata"] = metadata  # not an object: the importer says so, naming the field
     return line
+
+
+def to_mem0(row: dict[str, Any]) -> dict[str, Any]:
+    """One memory (an export row: metadata parsed, timestamps as text) as a mem0 `Memory.get_all()` item."""
+    metadata = dict(row.get("metadata") or {})
+    kept = metadata.pop("mem0", None) or {}
+    item: dict[str, Any] = {
+        "id": row["id"],
+        "memory": row["content"],
+        "hash": hashlib.md5(row["content"].encode("utf-8")).hexdigest(),
+        "metadata": metadata,
+        "created_at": row.get("created_at"),
+        "updated_at": row.get("updated_at"),
+    }
+    scopes = {key: kept[key] for key, _ in SCOPES if key in kept}
+    if not scopes:
+        prefix, _, value = str(row["namespace"]).partition(":")
+        key = next((key for key, name in SCOPES if name == prefix), None)
+        scopes = {key: value} if key and value else {"user_id": row["namespace"]}
+    item.update(scopes)
+    item.update({key: kept[key] for key in ("actor_id", "role") if key in kept})
+    return item
