@@ -24,19 +24,25 @@ from typing import Any
 
 SCOPES = (("user_id", "user"), ("agent_id", "agent"), ("run_id", "run"))
 KEPT_UNDER_METADATA = ("hash", "user_id", "agent_id", "run_id", "actor_id", "role")
+# A vector-store payload's fields that are mem0's own; any other key is the memory's metadata, flattened.
+PAYLOAD_FIELDS = frozenset({"data", "created_at", "updated_at", "text_lemmatized", *KEPT_UNDER_METADATA})
 
 
 def from_mem0(record: dict[str, Any]) -> dict[str, Any]:
     """One mem0 memory as an import record (the input is not modified)."""
     line = dict(record)
     payload = line.pop("payload", None)
-    if isinstance(payload, dict):  # a vector-store row: its fields live in the payload
-        line = {**payload, **line}
+    if isinstance(payload, dict):  # a vector-store row: mem0 flattens the memory's own metadata into it
+        own = {k: v for k, v in payload.items() if k not in PAYLOAD_FIELDS}
+        line = {**{k: v for k, v in payload.items() if k in PAYLOAD_FIELDS}, **line}
+        if own:
+            line["metadata"] = {**own, **(line.get("metadata") or {})}
     text = line.pop("memory", None)
     data = line.pop("data", None)
     if "content" not in line and (text is not None or data is not None):
         line["content"] = text if text is not None else data
     line.pop("score", None)
+    line.pop("text_lemmatized", None)  # mem0's keyword-search copy of the text
     kept = {key: line.pop(key) for key in KEPT_UNDER_METADATA if line.get(key) is not None}
     for key in KEPT_UNDER_METADATA:
         line.pop(key, None)  # present but null

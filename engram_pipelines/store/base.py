@@ -1083,6 +1083,65 @@ class Store(ABC):
             self._record_outcomes(cur, change_set_id, ledger, utc_now())
         return outcome
 
+    def visible_ids(self, ids: Sequence[str]) -> list[str]:
+        """Which of `ids` recall shows (the `recall_memories` view)."""
+        out: list[str] = []
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            marks = ", ".join("?" for _ in chunk)
+            out += [r[0] for r in self.query(f"SELECT id FROM recall_memories WHERE id IN ({marks})", chunk)]
+        return out
+
+    def deleted_memories(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """id -> the pre-image of its latest deletion (a purge), for those of `ids` the pipeline deleted."""
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            marks = ", ".join("?" for _ in chunk)
+            for target, before in self.query(
+                "SELECT target_id, before FROM audit_log WHERE target_kind = 'memory' AND after IS NULL "
+                f"AND before IS NOT NULL AND op <> 'insert' AND target_id IN ({marks}) ORDER BY audit_id",
+                chunk,
+            ):
+                preimage = self._from_db("metadata", before)
+                metadata = preimage.get("metadata")
+                if isinstance(metadata, str):  # the pre-image keeps the column as the store holds it
+                    preimage["metadata"] = json.loads(metadata)
+                out[target] = preimage
+        return out
+
+    def audit_external(
+        self,
+        *,
+        actor: str,
+        change_set_id: str,
+        change_id: str,
+        target_kind: str,
+        target_id: str,
+        op: str,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+    ) -> None:
+        """An audit row for a write outside this store (an adapter's write to another system)."""
+        with self.write_transaction() as cur:
+            cur.execute(
+                self._sql(
+                    "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "
+                    "after) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                (
+                    self._to_db("created_at", utc_now()),
+                    actor,
+                    change_set_id,
+                    change_id,
+                    target_kind,
+                    target_id,
+                    op,
+                    None if before is None else self._to_db("metadata", before),
+                    None if after is None else self._to_db("metadata", after),
+                ),
+            )
+
     def restore_preimage(self, preimage: dict[str, Any], *, actor: str, reason: str) -> bool:
         """Re-insert a deleted memory from its audit pre-image under its original id; False if it exists."""
         row = {c: preimage.get(c) for c in records.MEMORY_COLUMNS}

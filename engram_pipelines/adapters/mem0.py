@@ -1,0 +1,201 @@
+"""A mem0 store kept by engram-pipelines: mem0's pgvector collection and the product's store, both ways.
+
+mem0 keeps memories in one PostgreSQL table per collection (`id uuid, vector vector(d), payload jsonb`: the text
+in `payload.data`, its MD5 in `payload.hash`, `created_at` / `updated_at`, and the scope `user_id` / `agent_id` /
+`run_id`) and has no lifecycle: a row is in its `get_all` and `search`, or it is not. So the nights run on the
+product's own store, and this adapter moves memories across:
+
+- `pull`: every row of the collection into the store, mapped as `import --format mem0` maps it (namespace =
+  its first scope). New ids are inserted; a row whose text changed in mem0 since the last pull is updated
+  through the agents' API, as any agent's edit. What the guard needs (mem0's hash and updated_at as pulled) is
+  kept under `metadata.mem0`. Vectors are not carried: mem0's are another model's; the nightly embeds the text.
+- `push`: every pulled memory the store no longer shows in recall (superseded, archived, queued for purge,
+  purged) is deleted from the collection, and only where the row is still what was pulled (same hash and
+  updated_at): a write through mem0's own API since the pull wins, and is counted. Each deletion leaves the
+  row's pre-image (payload and vector) in the store's audit log (target kind `mem0`).
+- `restore`: put a row `push` deleted back into the collection from that pre-image.
+
+mem0's readers need no filter: what a night hid is simply not in the collection any more.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from engram_pipelines.changes.revert import RestoreError
+from engram_pipelines.importing import import_jsonl
+from engram_pipelines.mem0_format import from_mem0
+from engram_pipelines.store import Store, StoreError, redact
+
+PUSH_SET = "mem0-push"  # the audit's change_set_id of the adapter's deletions
+TARGET_KIND = "mem0"
+
+
+@dataclass
+class SyncResult:
+    direction: str
+    rows: int = 0  # rows of the collection read
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    skipped_concurrent_edit: int = 0
+    rejected: int = 0
+    samples: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v or k in ("direction", "rows")}
+
+
+class Mem0Collection:
+    """One mem0 pgvector collection (`postgresql://...`, table `collection`)."""
+
+    def __init__(self, url: str, collection: str = "mem0") -> None:
+        self.url = url
+        self.collection = collection
+        self.table = sql.Identifier(collection)
+
+    def _connect(self) -> psycopg.Connection:
+        try:
+            return psycopg.connect(self.url)
+        except psycopg.OperationalError as error:
+            raise StoreError(f"cannot reach the mem0 store {redact(self.url)}: {error}".strip()) from None
+
+    def rows(self) -> list[dict[str, Any]]:
+        with self._connect() as conn:
+            found = conn.execute(
+                sql.SQL("SELECT id::text, payload FROM {} ORDER BY id").format(self.table)
+            ).fetchall()
+        return [{"id": row[0], "payload": row[1] or {}} for row in found]
+
+    # -- pull ------------------------------------------------------------------------------------------------
+    def pull(self, store: Store, *, embedding_dim: int, default_namespace: str | None = None) -> SyncResult:
+        result = SyncResult("pull")
+        rows = self.rows()
+        result.rows = len(rows)
+        known = store.read_memories([r["id"] for r in rows])
+        new, changed = [], []
+        for row in rows:
+            line = _import_line(row)
+            if row["id"] not in known:
+                new.append(line)
+            elif _guard(known[row["id"]]) != _pulled(row["payload"]):
+                changed.append((known[row["id"]], line))
+        if new:
+            with tempfile.TemporaryDirectory(prefix="engram-mem0-") as tmp:
+                path = Path(tmp) / "mem0.jsonl"
+                path.write_text("".join(json.dumps(line) + "\n" for line in new), encoding="utf-8")
+                summary = import_jsonl(
+                    store,
+                    path,
+                    default_namespace=default_namespace,
+                    embedding_dim=embedding_dim,
+                    rejects_path=Path(tmp) / "rejects.jsonl",
+                    source_format="mem0",
+                )
+            result.inserted, result.rejected = summary.imported, summary.rejected_lines
+            result.samples = [f"line {r.line}: {r.field}: {r.reason}" for r in summary.reject_samples[:5]]
+        for memory, line in changed:
+            metadata = {**memory["metadata"], "mem0": line["metadata"]["mem0"]}
+            store.update_memory(memory["id"], memory["version"], content=line["content"], metadata=metadata)
+            result.updated += 1
+        return result
+
+    # -- push ------------------------------------------------------------------------------------------------
+    def push(self, store: Store, *, actor: str) -> SyncResult:
+        result = SyncResult("push")
+        rows = self.rows()
+        result.rows = len(rows)
+        ids = [r["id"] for r in rows]
+        visible = set(store.visible_ids(ids))
+        present = store.read_memories(ids)
+        purged = store.deleted_memories([i for i in ids if i not in present])
+        hidden = [(i, present[i]["metadata"]) for i in ids if i in present and i not in visible]
+        hidden += [(i, before.get("metadata") or {}) for i, before in purged.items()]
+        with self._connect() as conn:
+            for memory_id, metadata in hidden:
+                pulled = (metadata.get("mem0") or {}) if isinstance(metadata, dict) else {}
+                if not pulled:
+                    continue  # not a row this adapter pulled: left alone
+                deleted = conn.execute(
+                    sql.SQL(
+                        "DELETE FROM {} WHERE id = %s AND payload->>'hash' IS NOT DISTINCT FROM %s "
+                        "AND payload->>'updated_at' IS NOT DISTINCT FROM %s RETURNING vector::text, payload"
+                    ).format(self.table),
+                    (memory_id, pulled.get("hash"), pulled.get("updated_at")),
+                ).fetchone()
+                if deleted is None:
+                    result.skipped_concurrent_edit += 1  # written through mem0 since the pull: it wins
+                    continue
+                store.audit_external(
+                    actor=actor,
+                    change_set_id=PUSH_SET,
+                    change_id=f"{PUSH_SET}:{uuid.uuid4().hex[:20]}",
+                    target_kind=TARGET_KIND,
+                    target_id=memory_id,
+                    op="delete",
+                    before={"collection": self.collection, "vector": deleted[0], "payload": deleted[1]},
+                    after=None,
+                )
+                conn.commit()  # one row at a time: the audit row and the deletion go together
+                result.deleted += 1
+        return result
+
+    # -- restore ---------------------------------------------------------------------------------------------
+    def restore(self, store: Store, memory_id: str, *, actor: str) -> bool:
+        """Put back the row `push` deleted last (False when it is in the collection already)."""
+        entries = [
+            a
+            for a in store.audit_rows(target_id=memory_id)
+            if a["target_kind"] == TARGET_KIND and a["op"] == "delete"
+        ]
+        if not entries:
+            raise RestoreError(
+                f"no mem0 row {memory_id} was deleted by a push (nothing in this store's audit log)"
+            )
+        before = entries[-1]["before"]
+        with self._connect() as conn:
+            inserted = conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (id, vector, payload) VALUES (%s, %s::vector, %s) ON CONFLICT (id) DO NOTHING "
+                    "RETURNING id"
+                ).format(sql.Identifier(before["collection"])),
+                (memory_id, before["vector"], psycopg.types.json.Jsonb(before["payload"])),
+            ).fetchone()
+        if inserted is not None:
+            store.audit_external(
+                actor=actor,
+                change_set_id=PUSH_SET,
+                change_id=f"mem0-restore:{uuid.uuid4().hex[:20]}",
+                target_kind=TARGET_KIND,
+                target_id=memory_id,
+                op="restore",
+                before=None,
+                after=before,
+            )
+        return inserted is not None
+
+
+def _import_line(row: dict[str, Any]) -> dict[str, Any]:
+    """The mem0 row as an import line (`from_mem0` maps it), with mem0's updated_at kept for the guard."""
+    payload = row["payload"]
+    line = from_mem0({"id": row["id"], "payload": payload})
+    metadata = line.get("metadata") if isinstance(line.get("metadata"), dict) else {}
+    line["metadata"] = {**metadata, "mem0": {**metadata.get("mem0", {}), **_pulled(payload)}}
+    return line
+
+
+def _pulled(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"hash": payload.get("hash"), "updated_at": payload.get("updated_at")}
+
+
+def _guard(memory: dict[str, Any]) -> dict[str, Any]:
+    pulled = (memory.get("metadata") or {}).get("mem0") or {}
+    return {"hash": pulled.get("hash"), "updated_at": pulled.get("updated_at")}
