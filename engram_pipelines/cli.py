@@ -855,97 +855,105 @@ def explain(
         console.print(render_explanation(story))
 
 
-@main.group()
-def mem0() -> None:
-    """Keep a mem0 store: pull its memories in before a night, push the night's decisions back after.
+def _adapter_group(name: str, summary: str, examples: str, build: Callable[[str, str], Any]) -> None:
+    """`engram-pipelines NAME pull|push|restore --from URL [--collection C]` for one store adapter."""
 
-    \b
-    Examples:
-      engram-pipelines mem0 pull --from postgresql://u:p@db/mem0 --collection mem0
-      engram-pipelines run && engram-pipelines mem0 push --from postgresql://u:p@db/mem0
-      engram-pipelines mem0 restore MEMORY_ID --from postgresql://u:p@db/mem0
-    """
+    @main.group(name=name, help=f"{summary}\n\n\b\nExamples:\n{examples}")
+    def group() -> None:
+        pass
+
+    def options(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = click.option(
+            "--collection", default="mem0", show_default=True, help="mem0 only: the collection."
+        )(fn)
+        fn = click.option("--from", "source", required=True, help="The store's PostgreSQL URL.")(fn)
+        return friendly_errors(json_option(common_options(fn)))
+
+    @group.command(
+        name="pull", help="Every memory of that store into this one (new inserted, edited updated)."
+    )
+    @options
+    def pull(
+        source: str,
+        collection: str,
+        store_arg: str | None,
+        warehouse: str | None,
+        config_path: str | None,
+        as_json: bool,
+    ) -> None:
+        config = load_config(config_path)
+        with opened(store_arg, migrate=True) as store:
+            result = build(source, collection).pull(store, embedding_dim=config.snapshot.embedding_dim)
+        emit(result.as_dict(), as_json)
+        if not as_json:
+            console.print(f"[green]pulled[/] {result.as_dict()}")
+
+    @group.command(
+        name="push",
+        help="Delete there what the nights hid here (audited, restorable); an edit there since the pull stays.",
+    )
+    @options
+    def push(
+        source: str,
+        collection: str,
+        store_arg: str | None,
+        warehouse: str | None,
+        config_path: str | None,
+        as_json: bool,
+    ) -> None:
+        with opened(store_arg) as store:
+            result = build(source, collection).push(store, actor=os.environ.get("USER", "cli"))
+        emit(result.as_dict(), as_json)
+        if not as_json:
+            console.print(f"[green]pushed[/] {result.as_dict()}")
+
+    @group.command(
+        name="restore", help="Put a memory a push deleted back there, as it was (and keep it there)."
+    )
+    @click.argument("memory_id")
+    @options
+    def restore(
+        memory_id: str,
+        source: str,
+        collection: str,
+        store_arg: str | None,
+        warehouse: str | None,
+        config_path: str | None,
+        as_json: bool,
+    ) -> None:
+        with opened(store_arg) as store:
+            done = build(source, collection).restore(store, memory_id, actor=os.environ.get("USER", "cli"))
+        emit({"id": memory_id, "restored": done}, as_json)
+        if not as_json:
+            console.print(f"[green]restored[/] {memory_id}" if done else f"{memory_id} is there already")
 
 
-def _mem0_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option(
-        "--collection", default="mem0", show_default=True, help="mem0's collection (its table)."
-    )(fn)
-    return click.option("--from", "source", required=True, help="mem0's PostgreSQL (pgvector) URL.")(fn)
-
-
-@mem0.command(name="pull")
-@_mem0_options
-@common_options
-@json_option
-@friendly_errors
-def mem0_pull(
-    source: str,
-    collection: str,
-    store_arg: str | None,
-    warehouse: str | None,
-    config_path: str | None,
-    as_json: bool,
-) -> None:
-    """Every memory of the mem0 collection into the store (new ones inserted, ones edited in mem0 updated)."""
+def _mem0(url: str, collection: str) -> Any:
     from engram_pipelines.adapters.mem0 import Mem0Collection
 
-    config = load_config(config_path)
-    with opened(store_arg, migrate=True) as store:
-        result = Mem0Collection(source, collection).pull(store, embedding_dim=config.snapshot.embedding_dim)
-    emit(result.as_dict(), as_json)
-    if not as_json:
-        console.print(f"[green]pulled[/] {result.as_dict()}")
+    return Mem0Collection(url, collection)
 
 
-@mem0.command(name="push")
-@_mem0_options
-@common_options
-@json_option
-@friendly_errors
-def mem0_push(
-    source: str,
-    collection: str,
-    store_arg: str | None,
-    warehouse: str | None,
-    config_path: str | None,
-    as_json: bool,
-) -> None:
-    """Delete from mem0 what the nights hid (audited, restorable); a row edited in mem0 since the pull stays."""
-    from engram_pipelines.adapters.mem0 import Mem0Collection
+def _langgraph(url: str, collection: str) -> Any:
+    from engram_pipelines.adapters.langgraph import LangGraphStore
 
-    with opened(store_arg) as store:
-        result = Mem0Collection(source, collection).push(store, actor=os.environ.get("USER", "cli"))
-    emit(result.as_dict(), as_json)
-    if not as_json:
-        console.print(f"[green]pushed[/] {result.as_dict()}")
+    return LangGraphStore(url)
 
 
-@mem0.command(name="restore")
-@click.argument("memory_id")
-@_mem0_options
-@common_options
-@json_option
-@friendly_errors
-def mem0_restore(
-    memory_id: str,
-    source: str,
-    collection: str,
-    store_arg: str | None,
-    warehouse: str | None,
-    config_path: str | None,
-    as_json: bool,
-) -> None:
-    """Put a memory a push deleted back into mem0, as it was."""
-    from engram_pipelines.adapters.mem0 import Mem0Collection
-
-    with opened(store_arg) as store:
-        restored = Mem0Collection(source, collection).restore(
-            store, memory_id, actor=os.environ.get("USER", "cli")
-        )
-    emit({"id": memory_id, "restored": restored}, as_json)
-    if not as_json:
-        console.print(f"[green]restored[/] {memory_id}" if restored else f"{memory_id} is in mem0 already")
+_adapter_group(
+    "mem0",
+    "Keep a mem0 store (its pgvector collection): pull its memories in before a night, push the night's hides back.",
+    "  engram-pipelines mem0 pull --from postgresql://u:p@db/mem0 --collection mem0\n"
+    "  engram-pipelines run && engram-pipelines mem0 push --from postgresql://u:p@db/mem0",
+    _mem0,
+)
+_adapter_group(
+    "langgraph",
+    "Keep a LangGraph PostgresStore: pull its items in before a night, push the night's hides back.",
+    "  engram-pipelines langgraph pull --from postgresql://u:p@db/app\n"
+    "  engram-pipelines run && engram-pipelines langgraph push --from postgresql://u:p@db/app",
+    _langgraph,
+)
 
 
 def _operator_write(store_arg: str | None, as_json: bool, write: Callable[[Store, str], Any]) -> None:

@@ -102,6 +102,7 @@ def test_a_night_s_decisions_reach_mem0_and_a_write_through_mem0_wins(mem0_store
     assert vectors.get(ids[1]).payload["data"] == "My name is liguoyu"
     assert not collection.restore(ours, ids[1], actor="alice")  # already back
 
+    assert collection.push(ours, actor="nightly").deleted == 0  # a restore is a decision to keep it there
     again = collection.pull(ours, embedding_dim=384)
     assert again.updated == 1 and ours.get(ids[2])["content"] == "Likes green tea and matcha"
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 import tempfile
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from engram_pipelines.adapters.sync import SyncResult, hidden_since_pull
 from engram_pipelines.changes.revert import RestoreError
 from engram_pipelines.importing import import_jsonl
 from engram_pipelines.mem0_format import from_mem0
@@ -37,21 +37,6 @@ from engram_pipelines.store import Store, StoreError, redact
 
 PUSH_SET = "mem0-push"  # the audit's change_set_id of the adapter's deletions
 TARGET_KIND = "mem0"
-
-
-@dataclass
-class SyncResult:
-    direction: str
-    rows: int = 0  # rows of the collection read
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
-    skipped_concurrent_edit: int = 0
-    rejected: int = 0
-    samples: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v or k in ("direction", "rows")}
 
 
 class Mem0Collection:
@@ -113,17 +98,8 @@ class Mem0Collection:
         result = SyncResult("push")
         rows = self.rows()
         result.rows = len(rows)
-        ids = [r["id"] for r in rows]
-        visible = set(store.visible_ids(ids))
-        present = store.read_memories(ids)
-        purged = store.deleted_memories([i for i in ids if i not in present])
-        hidden = [(i, present[i]["metadata"]) for i in ids if i in present and i not in visible]
-        hidden += [(i, before.get("metadata") or {}) for i, before in purged.items()]
         with self._connect() as conn:
-            for memory_id, metadata in hidden:
-                pulled = (metadata.get("mem0") or {}) if isinstance(metadata, dict) else {}
-                if not pulled:
-                    continue  # not a row this adapter pulled: left alone
+            for memory_id, pulled in hidden_since_pull(store, [r["id"] for r in rows], "mem0"):
                 deleted = conn.execute(
                     sql.SQL(
                         "DELETE FROM {} WHERE id = %s AND payload->>'hash' IS NOT DISTINCT FROM %s "
