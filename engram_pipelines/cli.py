@@ -855,7 +855,9 @@ def explain(
         console.print(render_explanation(story))
 
 
-def _adapter_group(name: str, summary: str, examples: str, build: Callable[[str, str], Any]) -> None:
+def _adapter_group(
+    name: str, summary: str, examples: str, build: Callable[[str, str, str | None], Any]
+) -> None:
     """`engram-pipelines NAME pull|push|restore --from URL [--collection C]` for one store adapter."""
 
     @main.group(name=name, help=f"{summary}\n\n\b\nExamples:\n{examples}")
@@ -863,6 +865,9 @@ def _adapter_group(name: str, summary: str, examples: str, build: Callable[[str,
         pass
 
     def options(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = click.option(
+            "--history", help="mem0 only: its SQLite history file (pushes recorded there too)."
+        )(fn)
         fn = click.option(
             "--collection", default="mem0", show_default=True, help="mem0 only: the collection."
         )(fn)
@@ -876,6 +881,7 @@ def _adapter_group(name: str, summary: str, examples: str, build: Callable[[str,
     def pull(
         source: str,
         collection: str,
+        history: str | None,
         store_arg: str | None,
         warehouse: str | None,
         config_path: str | None,
@@ -883,7 +889,9 @@ def _adapter_group(name: str, summary: str, examples: str, build: Callable[[str,
     ) -> None:
         config = load_config(config_path)
         with opened(store_arg, migrate=True) as store:
-            result = build(source, collection).pull(store, embedding_dim=config.snapshot.embedding_dim)
+            result = build(source, collection, history).pull(
+                store, embedding_dim=config.snapshot.embedding_dim
+            )
         emit(result.as_dict(), as_json)
         if not as_json:
             console.print(f"[green]pulled[/] {result.as_dict()}")
@@ -896,13 +904,14 @@ def _adapter_group(name: str, summary: str, examples: str, build: Callable[[str,
     def push(
         source: str,
         collection: str,
+        history: str | None,
         store_arg: str | None,
         warehouse: str | None,
         config_path: str | None,
         as_json: bool,
     ) -> None:
         with opened(store_arg) as store:
-            result = build(source, collection).push(store, actor=os.environ.get("USER", "cli"))
+            result = build(source, collection, history).push(store, actor=os.environ.get("USER", "cli"))
         emit(result.as_dict(), as_json)
         if not as_json:
             console.print(f"[green]pushed[/] {result.as_dict()}")
@@ -916,25 +925,28 @@ def _adapter_group(name: str, summary: str, examples: str, build: Callable[[str,
         memory_id: str,
         source: str,
         collection: str,
+        history: str | None,
         store_arg: str | None,
         warehouse: str | None,
         config_path: str | None,
         as_json: bool,
     ) -> None:
         with opened(store_arg) as store:
-            done = build(source, collection).restore(store, memory_id, actor=os.environ.get("USER", "cli"))
+            done = build(source, collection, history).restore(
+                store, memory_id, actor=os.environ.get("USER", "cli")
+            )
         emit({"id": memory_id, "restored": done}, as_json)
         if not as_json:
             console.print(f"[green]restored[/] {memory_id}" if done else f"{memory_id} is there already")
 
 
-def _mem0(url: str, collection: str) -> Any:
+def _mem0(url: str, collection: str, history: str | None) -> Any:
     from engram_pipelines.adapters.mem0 import Mem0Collection
 
-    return Mem0Collection(url, collection)
+    return Mem0Collection(url, collection, history)
 
 
-def _langgraph(url: str, collection: str) -> Any:
+def _langgraph(url: str, collection: str, history: str | None) -> Any:
     from engram_pipelines.adapters.langgraph import LangGraphStore
 
     return LangGraphStore(url)

@@ -58,7 +58,7 @@ def mem0_store(pg_server):
     store.connection_pool.close()
 
 
-def test_a_night_s_decisions_reach_mem0_and_a_write_through_mem0_wins(mem0_store, store, warehouse):
+def test_a_night_s_decisions_reach_mem0_and_a_write_through_mem0_wins(mem0_store, store, warehouse, tmp_path):
     url, vectors = mem0_store
     ids = [str(uuid.uuid4()) for _ in range(3)]
     texts = ["My name is liguoyu", "My name is liguoyu", "Likes green tea"]
@@ -67,7 +67,8 @@ def test_a_night_s_decisions_reach_mem0_and_a_write_through_mem0_wins(mem0_store
         payloads=[_payload(t, "liguoyu", category="profile") for t in texts],
         ids=ids,
     )
-    collection = Mem0Collection(url, "mem0")
+    history = tmp_path / "history.db"
+    collection = Mem0Collection(url, "mem0", history=history)
     ours = store  # the product's store, SQLite and PostgreSQL
 
     pulled = collection.pull(ours, embedding_dim=384)
@@ -103,6 +104,14 @@ def test_a_night_s_decisions_reach_mem0_and_a_write_through_mem0_wins(mem0_store
     assert not collection.restore(ours, ids[1], actor="alice")  # already back
 
     assert collection.push(ours, actor="nightly").deleted == 0  # a restore is a decision to keep it there
+    # mem0's own history (read with mem0's class) tells the deletion and the restore, as its own events would.
+    from mem0.memory.storage import SQLiteManager
+
+    events = SQLiteManager(str(history)).get_history(ids[1])
+    assert [(e["event"], e["old_memory"], e["new_memory"], e["is_deleted"]) for e in events] == [
+        ("DELETE", "My name is liguoyu", None, True),
+        ("ADD", None, "My name is liguoyu", False),
+    ]
     again = collection.pull(ours, embedding_dim=384)
     assert again.updated == 1 and ours.get(ids[2])["content"] == "Likes green tea and matcha"
 

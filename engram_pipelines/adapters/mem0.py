@@ -15,14 +15,18 @@ product's own store, and this adapter moves memories across:
   row's pre-image (payload and vector) in the store's audit log (target kind `mem0`).
 - `restore`: put a row `push` deleted back into the collection from that pre-image.
 
+With mem0's SQLite history file (`history=`), each deletion and restore is also a DELETE or ADD event there.
+
 mem0's readers need no filter: what a night hid is simply not in the collection any more.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import tempfile
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +46,13 @@ TARGET_KIND = "mem0"
 class Mem0Collection:
     """One mem0 pgvector collection (`postgresql://...`, table `collection`)."""
 
-    def __init__(self, url: str, collection: str = "mem0") -> None:
+    def __init__(self, url: str, collection: str = "mem0", history: str | Path | None = None) -> None:
         self.url = url
         self.collection = collection
         self.table = sql.Identifier(collection)
+        # mem0's SQLite history (`history.db`): a push's deletion and a restore are recorded there as mem0
+        # records its own DELETE and ADD, so `Memory.history(id)` tells the whole story.
+        self.history = Path(history) if history is not None else None
 
     def _connect(self) -> psycopg.Connection:
         try:
@@ -121,6 +128,7 @@ class Mem0Collection:
                     after=None,
                 )
                 conn.commit()  # one row at a time: the audit row and the deletion go together
+                self._record(memory_id, deleted[1], "DELETE")
                 result.deleted += 1
         return result
 
@@ -146,6 +154,7 @@ class Mem0Collection:
                 (memory_id, before["vector"], psycopg.types.json.Jsonb(before["payload"])),
             ).fetchone()
         if inserted is not None:
+            self._record(memory_id, before["payload"], "ADD")
             store.audit_external(
                 actor=actor,
                 change_set_id=PUSH_SET,
@@ -157,6 +166,37 @@ class Mem0Collection:
                 after=before,
             )
         return inserted is not None
+
+    def _record(self, memory_id: str, payload: dict[str, Any], event: str) -> None:
+        """One row of mem0's history table, as mem0 writes its own DELETE (old text, deleted) and ADD."""
+        if self.history is None:
+            return
+        text = payload.get("data")
+        now = datetime.now(UTC).isoformat()
+        with sqlite3.connect(self.history) as con:
+            con.execute(_HISTORY_TABLE)
+            con.execute(
+                "INSERT INTO history (id, memory_id, old_memory, new_memory, event, created_at, updated_at, "
+                "is_deleted, actor_id, role) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    str(uuid.uuid4()),
+                    memory_id,
+                    text if event == "DELETE" else None,
+                    None if event == "DELETE" else text,
+                    event,
+                    payload.get("created_at"),
+                    now,
+                    1 if event == "DELETE" else 0,
+                    payload.get("actor_id"),
+                    payload.get("role"),
+                ),
+            )
+
+
+# mem0's own history table (mem0.memory.storage), created if the file has none yet.
+_HISTORY_TABLE = """CREATE TABLE IF NOT EXISTS history (
+    id TEXT PRIMARY KEY, memory_id TEXT, old_memory TEXT, new_memory TEXT, event TEXT,
+    created_at DATETIME, updated_at DATETIME, is_deleted INTEGER, actor_id TEXT, role TEXT)"""
 
 
 def _import_line(row: dict[str, Any]) -> dict[str, Any]:
