@@ -28,6 +28,35 @@ def markdown_image(png: bytes, alt: str) -> str:
     return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
 
 
+# The Dagster UI shows a Markdown metadata value inline only under 1,000 characters (longer ones, every PNG
+# among them, sit behind "[Show Markdown]"): a bar chart drawn with block characters in a small table fits.
+INLINE_LIMIT = 1000
+
+
+def inline_bars(counts: dict[str, float], *, width: int = 16, limit: int = 12) -> str:
+    """A Markdown table with one bar per key (block characters, scaled to the largest value), under the UI's
+    inline limit: the largest `limit` keys in the order given, then a "+ N more" row."""
+    shown = list(counts.items())[:limit]
+    top = max((v for _, v in shown), default=0) or 1
+    lines = ["| | | |", "|---|---:|---|"]
+    for key, value in shown:
+        cells = int(round(width * value / top))
+        bar = "█" * cells or ("▏" if value else "")
+        lines.append(f"| {str(key)[:24]} | {value:,} | {bar} |")
+    if len(counts) > limit:
+        lines.append(f"| + {len(counts) - limit} more | | |")
+    while len("\n".join(lines)) >= INLINE_LIMIT and len(lines) > 3:
+        lines.pop(-1)
+    return "\n".join(lines)
+
+
+def score_bands(scores: np.ndarray, bands: int = 10) -> dict[str, int]:
+    """How many scores fall in each tenth of [0, 1] (the histogram, as `inline_bars` draws it)."""
+    finite = scores[np.isfinite(scores)]
+    counts, edges = np.histogram(finite, bins=np.linspace(0, 1, bands + 1))
+    return {f"{edges[i]:.1f}-{edges[i + 1]:.1f}": int(n) for i, n in enumerate(counts)}
+
+
 def score_histogram(scores: np.ndarray, *, threshold: float, title: str) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.4), dpi=110)
     ax.hist(scores[np.isfinite(scores)], bins=np.linspace(0, 1, 41), color=BLUE)

@@ -368,6 +368,10 @@ def test_asset_page_shows_latest_materialisation_metadata_and_plot(
         _metadata_row(browser, key)
     _scroll_to(browser, _wait_text(browser, "Metadata"))
     _shot(browser, "decay-scores-metadata")
+    bands = _metadata_row(browser, "score_bands")  # the distribution drawn inline, no dialog to open
+    assert "█" in bands.text and "0.0-0.1" in bands.text, bands.text
+    _scroll_to(browser, bands)
+    _shot(browser, "decay-scores-inline-bars")
 
     image = _open_markdown_plot(browser, "score_distribution")
     assert image.size["width"] > 200, image.size  # drawn at a readable size, not a thumbnail

@@ -316,3 +316,16 @@ def test_cue_cache_entries_held_twice_change_nothing(tmp_path):
     assert decay_scores(memories, Config(), AS_OF, cue_cache=cache).equals(uncached)
     (compacted,) = cache.root.glob("*/*.parquet")
     assert pq.read_table(compacted).num_rows == len(_CUE_ROWS)  # one entry per memory, the copy's dropped
+
+
+def test_inline_bars_stay_under_the_ui_s_inline_limit_and_scale_to_the_largest():
+    import numpy as np
+
+    from engram_pipelines.plots import INLINE_LIMIT, inline_bars, score_bands
+
+    table = inline_bars({f"op_{i}": 1000 - i * 70 for i in range(14)}, width=10)
+    rows = table.splitlines()
+    assert len(table) < INLINE_LIMIT and rows[2].endswith("██████████ |") and rows[-1] == "| + 2 more | | |"
+    assert inline_bars({"a": 0, "b": 3})  # a zero draws nothing, a small value a sliver
+    bands = score_bands(np.array([0.05, 0.15, 0.15, float("nan"), 1.0]))
+    assert (bands["0.0-0.1"], bands["0.1-0.2"], bands["0.9-1.0"], sum(bands.values())) == (1, 2, 1, 4)

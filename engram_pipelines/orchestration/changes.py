@@ -29,7 +29,7 @@ from engram_pipelines.orchestration.metadata import (
 )
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
-from engram_pipelines.plots import changes_by_op, markdown_image, top_keys
+from engram_pipelines.plots import changes_by_op, inline_bars, markdown_image, top_keys
 from engram_pipelines.progress import LogProgress
 from engram_pipelines.review import write_review_page
 
@@ -154,6 +154,7 @@ def change_set(
             "how_to_decide": dg.MetadataValue.md(_how_to_decide(sets)),
             "by_op": dg.MetadataValue.json({k: rec.counts["by_op"] for k, (rec, _) in sets.items()}),
             "sample": sample_markdown(both, ["review_class", "namespace", "target_id", "op", "reason"]),
+            "changes_by_op_inline": dg.MetadataValue.md(inline_bars(_total_by_op(sets))),
             "changes_by_namespace": dg.MetadataValue.md(
                 markdown_image(
                     changes_by_op(top_keys(ops_by(both, "namespace"), 20), "Changes by op, top namespaces"),
@@ -167,6 +168,15 @@ def change_set(
             ),
         }
     )
+
+
+def _total_by_op(sets) -> dict[str, int]:
+    """Changes per op over the night's sets, largest first."""
+    total: dict[str, int] = {}
+    for record, _ in sets.values():
+        for op, n in record.counts.get("by_op", {}).items():
+            total[op] = total.get(op, 0) + int(n)
+    return dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _how_to_decide(sets) -> str:

@@ -14,7 +14,7 @@ from engram_pipelines.orchestration.metadata import (
 )
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
-from engram_pipelines.plots import markdown_image, score_histogram
+from engram_pipelines.plots import inline_bars, markdown_image, score_bands, score_histogram
 from engram_pipelines.promotion import PROMOTION_SCHEMA, promotion_intents, promotions
 from engram_pipelines.retention import RETENTION_SCHEMA, retention_intents, retention_moves
 from engram_pipelines.timestamps import end_of_day
@@ -109,6 +109,9 @@ def decay_scores_asset(
             "transitions": intents.num_rows,
             "stale": int(pc.sum(scores["stale_after"]).as_py() or 0),
             "mean_score": float(pc.mean(scores["score"]).as_py() or 0.0),
+            "score_bands": dg.MetadataValue.md(
+                inline_bars(score_bands(scores["score"].to_numpy(zero_copy_only=False).astype(float)))
+            ),
             "score_distribution": dg.MetadataValue.md(
                 markdown_image(
                     score_histogram(
