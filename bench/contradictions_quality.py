@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import re
 import sys
 import time
@@ -36,9 +35,10 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.paths import SHARED_DATA  # noqa: E402
 from engram_pipelines.contradictions import RULE_ORDER, detect, load_rules, memory_features  # noqa: E402
 
-DEFAULT_DATA_DIR = Path(os.environ.get("ENGRAM_QUALITY_DATA", "/work/shared/data"))
+DEFAULT_DATA_DIR = SHARED_DATA  # ENGRAM_QUALITY_DATA, else ../shared/data beside the repository
 DEFAULT_CACHE_DIR = Path("/tmp/engram-bench-embeddings")
 BAND = (0.80, 0.97)  # SimilarityConfig contradiction_threshold, contradiction_threshold_max
 POSITIVE = "contradiction"

@@ -31,10 +31,13 @@ import pandas as pd
 from scipy.stats import spearmanr
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from engram_pipelines.embeddings import Embedder, embed_in_batches, load_embedder
-from engram_pipelines.progress import BarProgress
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-DEFAULT_DATA_DIR = Path(os.environ.get("ENGRAM_QUALITY_DATA", "/work/shared/data"))
+from bench.paths import SHARED_DATA  # noqa: E402
+from engram_pipelines.embeddings import Embedder, embed_in_batches, load_embedder  # noqa: E402
+from engram_pipelines.progress import BarProgress  # noqa: E402
+
+DEFAULT_DATA_DIR = SHARED_DATA  # ENGRAM_QUALITY_DATA, else ../shared/data beside the repository
 DEFAULT_CACHE_DIR = Path("/tmp/engram-bench-embeddings")
 
 # The bands of the similarity config (engram_pipelines/config.py SimilarityConfig defaults).

@@ -1,6 +1,6 @@
 """Precision and recall of merges at the default thresholds, on real labelled sentence pairs (STS-B test).
 
-    .venv/bin/python bench/merge_quality.py [--stsb /work/shared/data/stsb_test.csv]
+    .venv/bin/python bench/merge_quality.py [--stsb PATH]   (default: ../shared/data/stsb_test.csv, or $ENGRAM_QUALITY_DATA)
 
 Each STS-B pair becomes two memories in a namespace of their own (so only the labelled pair can meet), embedded
 by the default embedder (vectors cached in a scratch warehouse), and goes through the real analyses: similar
@@ -21,6 +21,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.paths import SHARED_DATA  # noqa: E402
 from engram_pipelines import records  # noqa: E402
 from engram_pipelines.config import Config  # noqa: E402
 from engram_pipelines.embeddings import load_embedder  # noqa: E402
@@ -91,7 +92,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--stsb", type=Path, default=Path("/work/shared/data/stsb_test.csv"))
+    parser.add_argument("--stsb", type=Path, default=SHARED_DATA / "stsb_test.csv")
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/engram-merge-quality"))
     args = parser.parse_args()
     config = Config()
