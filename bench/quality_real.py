@@ -73,7 +73,7 @@ from engram_pipelines.changes.revert import approve_change_set  # noqa: E402
 from engram_pipelines.config import ENV_OVERRIDES, ENV_SECONDS_TO_DAYS, Config, load_config  # noqa: E402
 from engram_pipelines.embeddings import Embedder, embed_in_batches, load_embedder  # noqa: E402
 from engram_pipelines.importing import import_jsonl  # noqa: E402
-from engram_pipelines.jobrunner import execute_job  # noqa: E402
+from engram_pipelines.orchestration.runner import execute_job  # noqa: E402
 from engram_pipelines.store import Store, open_store  # noqa: E402
 from engram_pipelines.vectors import VECTOR_INPUT_COLUMNS, partition_vectors  # noqa: E402
 from engram_pipelines.warehouse import Warehouse  # noqa: E402

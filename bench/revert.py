@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engram_pipelines import api  # noqa: E402
 from engram_pipelines.demo_loader import load_demo  # noqa: E402
-from engram_pipelines.jobrunner import execute_job  # noqa: E402
+from engram_pipelines.orchestration.runner import execute_job  # noqa: E402
 from engram_pipelines.store import open_store  # noqa: E402
 
 AS_OF = dt.date(2026, 11, 29)

@@ -61,7 +61,7 @@ def run_night(
 ) -> dict[str, Any]:
     """Run a job (`nightly` or `consolidate`) in process for one as-of day (default today, UTC); the summary
     `run --json` prints. One run at a time per warehouse (WarehouseBusy names the other)."""
-    from engram_pipelines.jobrunner import execute_job  # Dagster: imported only when a job runs
+    from engram_pipelines.orchestration.runner import execute_job  # Dagster: imported only when a job runs
 
     return execute_job(
         job,

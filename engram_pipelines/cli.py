@@ -46,7 +46,7 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         from engram_pipelines.changes.operator import OperatorError
         from engram_pipelines.changes.registry import ChangeSetNotFound
         from engram_pipelines.changes.revert import RestoreError
-        from engram_pipelines.jobrunner import WarehouseBusy
+        from engram_pipelines.warehouse import WarehouseBusy
 
         try:
             try:
@@ -436,7 +436,7 @@ def _known_partition(as_of: dt.date) -> dt.date:
 def run_job(
     job: str, as_of: dt.date, store_arg: str | None, warehouse: str | None, config_path: str | None
 ) -> dict[str, Any]:
-    from engram_pipelines.jobrunner import execute_job
+    from engram_pipelines.orchestration.runner import execute_job
 
     _known_partition(as_of)
     with opened(store_arg):  # a store behind the schema fails here, naming `init`

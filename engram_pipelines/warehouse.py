@@ -9,7 +9,9 @@ Layout (hive-style partitions, so DuckDB and any Parquet reader see `as_of` as a
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
 import shutil
@@ -323,3 +325,35 @@ class Warehouse:
                 f"CREATE OR REPLACE VIEW changes AS SELECT * FROM read_parquet('{pattern}', union_by_name = true)"
             )
         return con
+
+
+class WarehouseBusy(RuntimeError):
+    """Another run is using the warehouse."""
+
+
+@contextlib.contextmanager
+def run_lock(warehouse: Path, job: str, as_of: dt.date) -> Iterator[None]:
+    """One run at a time per warehouse. Two runs started together wrote the same partitions and both failed
+    (`quarantine/as_of=...tmp`); the second now stops at once, naming the first. The lock is the operating
+    system's (flock), so a run that dies releases it."""
+    path = Path(warehouse) / "runs" / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another run"
+            raise WarehouseBusy(
+                f"{holder} is using the warehouse {warehouse}: wait for it to finish (or stop it), then run again"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(
+            f"{job} for {as_of} (pid {os.getpid()}, since {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC)"
+        )
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -337,7 +337,7 @@ def test_bad_settings_are_refused_at_start_in_one_line(tmp_path, monkeypatch, te
 
 def test_a_second_run_on_a_busy_warehouse_stops_at_once_naming_the_first(tmp_path):
     """Two runs started together wrote the same partitions and both failed."""
-    from engram_pipelines.jobrunner import run_lock
+    from engram_pipelines.warehouse import run_lock
     from tests.conftest import AS_OF
 
     url = f"sqlite:///{tmp_path}/engram.db"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engram_pipelines.jobrunner import execute_job
 from engram_pipelines.orchestration.definitions import build_definitions
+from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store
 from engram_pipelines.warehouse import Warehouse
 from tests.conftest import memory

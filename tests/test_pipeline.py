@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engram_pipelines.demo_loader import load_demo
-from engram_pipelines.jobrunner import execute_job
+from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store
 from tests.conftest import AS_OF
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from engram_pipelines.demo_loader import load_demo
-from engram_pipelines.jobrunner import execute_job
+from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store
 
 README = Path(__file__).parents[1] / "README.md"

@@ -90,7 +90,7 @@ def test_a_sqlite_snapshot_first_reads_every_memory_in_storage_order(tmp_path, w
 def test_vectors_of_another_size_are_dropped_not_the_rows_and_the_night_embeds_them(store, tmp_path):
     """A store of 1536-d vectors (mem0's) quarantined every row and stopped the night: now each row proceeds
     without its vector, counted, and the nightly embeds its text with the configured model."""
-    from engram_pipelines.jobrunner import execute_job
+    from engram_pipelines.orchestration.runner import execute_job
     from engram_pipelines.warehouse import Warehouse
 
     wide = [memory(i, embedding=np.ones(1536), embedding_model="text-embedding-3-small") for i in range(6)]

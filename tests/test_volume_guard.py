@@ -15,7 +15,7 @@ from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.changes.revert import approve_change_set
 from engram_pipelines.config import ReviewConfig
 from engram_pipelines.importing import import_jsonl
-from engram_pipelines.jobrunner import execute_job
+from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store
 from engram_pipelines.warehouse import Warehouse
 

@@ -1,22 +1,22 @@
 """Run a Dagster job of the code location in-process and summarise it for the command line.
 
 The job comes from the package's own definitions factory (`engram_pipelines.orchestration`), never from a
-workspace.yaml in the current folder (that may be another team's code). It is loaded by name: this module
-imports Dagster only when a job runs.
+workspace.yaml in the current folder (that may be another team's code). The command line and the Python API
+import this module only when they run a job, so their other commands start without Dagster.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import importlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from engram_pipelines.warehouse import run_lock
 
 DEFINITIONS_MODULE = "engram_pipelines.orchestration.definitions"
 
@@ -51,38 +51,6 @@ _SUMMARY_KEYS = (
     "stale_after",
     "path",
 )
-
-
-class WarehouseBusy(RuntimeError):
-    """Another run is using the warehouse."""
-
-
-@contextlib.contextmanager
-def run_lock(warehouse: Path, job: str, as_of: dt.date) -> Iterator[None]:
-    """One run at a time per warehouse. Two runs started together wrote the same partitions and both failed
-    (`quarantine/as_of=...tmp`); the second now stops at once, naming the first. The lock is the operating
-    system's (flock), so a run that dies releases it."""
-    path = Path(warehouse) / "runs" / ".lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another run"
-            raise WarehouseBusy(
-                f"{holder} is using the warehouse {warehouse}: wait for it to finish (or stop it), then run again"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(
-            f"{job} for {as_of} (pid {os.getpid()}, since {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC)"
-        )
-        handle.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def execute_job(
