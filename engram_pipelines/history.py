@@ -19,11 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.config import Config
+from engram_pipelines.contradiction_policy import find_contradictions
 from engram_pipelines.decay import decay_scores
-from engram_pipelines.merges import collapse_duplicates, consolidate
+from engram_pipelines.night import merges_for_day
 from engram_pipelines.progress import Progress, SilentProgress
 from engram_pipelines.promotion import promotions
-from engram_pipelines.retention import leaving_active, retention_moves
+from engram_pipelines.retention import retention_moves
 from engram_pipelines.timestamps import end_of_day
 from engram_pipelines.warehouse import Warehouse
 
@@ -92,18 +93,10 @@ def backfill(
         promoted = promotions(state, scores, day_links, config)
         moves = retention_moves(state, scores, config, at, promoted=promoted["id"].combine_chunks())
         day_pairs = pairs_as_of(pairs, state)
-        leaving = leaving_active(moves)  # as the nightly merges do
-        dup = collapse_duplicates(
-            day_pairs, state, threshold=config.similarity.duplicate_threshold, at=at, excluded_ids=leaving
-        )
-        taken = frozenset(loser for c in dup.clusters for loser, _ in c.losers) | leaving
-        merge = consolidate(
-            day_pairs,
-            state,
-            low=config.similarity.merge_threshold,
-            high=config.similarity.duplicate_threshold,
-            at=at,
-            excluded_ids=taken,
+        # The nightly's own wiring: contradiction pairs never merge, rows leaving Active take no part.
+        contradicting = find_contradictions(state, day_pairs, config).table.select(["left_id", "right_id"])
+        dup, merge = merges_for_day(
+            day_pairs, state, config, at, contradiction_pairs=contradicting, moves=moves
         )
         written = dict(zip(OUTPUT_TABLES, (scores, promoted, moves), strict=True))
         for name, table in written.items():

@@ -87,3 +87,58 @@ def test_each_backfilled_day_records_its_own_row_counts(tmp_path: Path):
     assert recorded == written
     # Days that differ: a count shared by the whole range could not pass the comparison above.
     assert len({rows["decay_scores"] for rows in written.values()}) > 1
+
+
+def test_a_backfilled_day_merges_what_the_nightly_merges(tmp_path: Path):
+    """The backfill chained the merge steps by hand and left out the pairs the nightly excludes as
+    contradictions: "Ana likes green tea" would have been hidden inside "Ana doesn't like green tea"."""
+    from engram_pipelines.history import backfill
+    from engram_pipelines.orchestration.runner import execute_job
+    from tests.conftest import memory
+
+    yesterday = dt.datetime.combine(
+        AS_OF - dt.timedelta(days=1), dt.time(8), tzinfo=dt.UTC
+    )  # nothing retires
+    texts = [
+        "Ana likes green tea",
+        "Ana doesn't like green tea",
+        "The deploy runs on Fridays after the review",
+        "The deploy runs on Fridays after the review",
+        "Priya keeps the release notes in the wiki",
+    ]
+    url = f"sqlite:///{tmp_path}/engram.db"
+    with open_store(url, migrate=True) as store:
+        store.insert_memories(
+            [
+                memory(
+                    i,
+                    content=t,
+                    embedding=None,
+                    embedding_model=None,
+                    created_at=yesterday + dt.timedelta(hours=i),
+                )
+                for i, t in enumerate(texts)
+            ]
+        )
+    night = execute_job("nightly", AS_OF, store=url, warehouse=str(tmp_path / "wh"), config_path=None)
+    assert night["success"], night.get("error")
+    wh = Warehouse(tmp_path / "wh")
+    assert wh.read_table("contradictions", AS_OF).num_rows >= 1
+
+    from engram_pipelines.config import Config
+
+    summary = backfill(
+        wh.read_memories(AS_OF),
+        wh.read_table("links", AS_OF),
+        wh.read_table("similarity_pairs", AS_OF),
+        [AS_OF],
+        Config(),
+        Warehouse(tmp_path / "history"),
+    )
+    replayed = summary.transitions_per_day[AS_OF.isoformat()]
+    steps = night["steps"]
+    assert (replayed["duplicates"], replayed["near_duplicates"]) == (
+        steps["duplicates"]["merged"],
+        steps["consolidation"]["merged"],
+    )
+    assert replayed["duplicates"] == 1  # the deploy twins, and nothing of Ana's

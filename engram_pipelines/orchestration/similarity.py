@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from engram_pipelines.clusters import CLUSTER_SCHEMA, clusters_table
 from engram_pipelines.config import Config
 from engram_pipelines.embeddings import load_embedder
-from engram_pipelines.merges import collapse_duplicates, consolidate
+from engram_pipelines.night import consolidation_for_day, duplicates_for_day
 from engram_pipelines.orchestration.metadata import (
     Lineage,
     column_lineage,
@@ -27,8 +27,6 @@ from engram_pipelines.pair_cache import cached_vector_pairs
 from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs
 from engram_pipelines.plots import cluster_sizes, markdown_image, similarity_histogram
 from engram_pipelines.progress import LogProgress
-from engram_pipelines.retention import leaving_active
-from engram_pipelines.switches import applied_tonight
 from engram_pipelines.timestamps import end_of_day
 from engram_pipelines.vectors import VECTOR_INPUT_COLUMNS, partition_vectors
 from engram_pipelines.warehouse import Warehouse
@@ -244,13 +242,13 @@ def duplicates(
     as_of = as_of_date(context)
     wh = warehouse.get()
     memories = wh.read_table("memories", as_of, columns=_MERGE_COLUMNS)
-    result = collapse_duplicates(
+    result = duplicates_for_day(
         wh.read_table("similarity_pairs", as_of),
         memories,
-        threshold=config.similarity.duplicate_threshold,
-        at=end_of_day(as_of),
-        excluded_pairs=_contradiction_pairs(wh, as_of),
-        excluded_ids=_leaving_active(wh, as_of, config),
+        config,
+        end_of_day(as_of),
+        contradiction_pairs=_contradiction_pairs(wh, as_of),
+        moves=_moves(wh, as_of),
     )
     return _merge_result(wh, "duplicates", as_of, result, "Duplicate clusters")
 
@@ -282,16 +280,14 @@ def consolidation(
     as_of = as_of_date(context)
     wh = warehouse.get()
     memories = wh.read_table("memories", as_of, columns=_MERGE_COLUMNS)
-    duplicates = applied_tonight(config, "duplicates", wh.read_table("duplicates", as_of))
-    collapsed = frozenset(duplicates["loser"].to_pylist()) | _leaving_active(wh, as_of, config)
-    result = consolidate(
+    result = consolidation_for_day(
         wh.read_table("similarity_pairs", as_of),
         memories,
-        low=config.similarity.merge_threshold,
-        high=config.similarity.duplicate_threshold,
-        at=end_of_day(as_of),
-        excluded_pairs=_contradiction_pairs(wh, as_of),
-        excluded_ids=collapsed,
+        config,
+        end_of_day(as_of),
+        contradiction_pairs=_contradiction_pairs(wh, as_of),
+        moves=_moves(wh, as_of),
+        duplicates=wh.read_table("duplicates", as_of),
     )
     return _merge_result(wh, "consolidation", as_of, result, "Near-duplicate clusters (gated)", dry_run=True)
 
@@ -338,7 +334,6 @@ def _contradiction_pairs(wh, as_of) -> pa.Table:
     return wh.read_table("contradictions", as_of, columns=["left_id", "right_id"])
 
 
-def _leaving_active(wh: Warehouse, as_of: dt.date, config: Config) -> frozenset[str]:
-    """Rows the night's own retention moves take out of Active (none where retention waits for review)."""
-    moves = wh.read_table("retention", as_of, columns=["id", "namespace", "from_zone", "to_zone"])
-    return leaving_active(applied_tonight(config, "retention", moves))
+def _moves(wh: Warehouse, as_of: dt.date) -> pa.Table:
+    """The night's retention moves (the merge steps leave out the rows they take out of Active)."""
+    return wh.read_table("retention", as_of, columns=["id", "namespace", "from_zone", "to_zone"])
