@@ -110,29 +110,28 @@ def band_pairs(
     return directed_pairs(kept, features, min_coverage)
 
 
+# What clustering reads of a memory (the merge assets read only these columns of the snapshot).
+MERGE_COLUMNS = [
+    "id",
+    "namespace",
+    "kind",
+    "content",
+    "importance",
+    "created_at",
+    "pinned",
+    "zone",
+    "superseded_by",
+    "tags",
+    "metadata",
+]
+
+
 def _eligibility(memories: pa.Table, excluded_ids: set[str], word_counts: pa.Table) -> pa.Table:
     """Per row: its visiting order (`priority`: most content words first, then the longer text, then the seeds'
     order) and whether it may cluster and lose. `word_counts`: id, words (rows of the band)."""
     con = duckdb.connect()
     con.register("w", word_counts)
-    con.register(
-        "m",
-        memories.select(
-            [
-                "id",
-                "namespace",
-                "kind",
-                "content",
-                "importance",
-                "created_at",
-                "pinned",
-                "zone",
-                "superseded_by",
-                "tags",
-                "metadata",
-            ]
-        ),
-    )
+    con.register("m", memories.select(MERGE_COLUMNS))
     table = con.sql(
         """
         SELECT id, namespace, tags,

@@ -9,7 +9,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engram_pipelines.clusters import CLUSTER_SCHEMA, clusters_table
+from engram_pipelines.clusters import CLUSTER_SCHEMA, MERGE_COLUMNS, clusters_table
 from engram_pipelines.config import Config
 from engram_pipelines.embeddings import load_embedder
 from engram_pipelines.night import consolidation_for_day, duplicates_for_day
@@ -30,21 +30,6 @@ from engram_pipelines.progress import LogProgress
 from engram_pipelines.timestamps import end_of_day
 from engram_pipelines.vectors import VECTOR_INPUT_COLUMNS, partition_vectors
 from engram_pipelines.warehouse import Warehouse
-
-_MERGE_COLUMNS = [
-    "id",
-    "namespace",
-    "kind",
-    "content",
-    "importance",
-    "created_at",
-    "pinned",
-    "zone",
-    "superseded_by",
-    "tags",
-    "metadata",
-]
-
 
 # A stored vector is used while it is current (its embedded_content_sha matches the content); otherwise the
 # content is embedded, and the model and source say which happened.
@@ -108,7 +93,7 @@ def _pair_shard(
         directory=wh.root / "pair_cache" / f"shard-{shard}-of-{shards}",
         progress=LogProgress(context.log),
     )
-    memories = wh.read_shard("memories", as_of, shard, shards, columns=_MERGE_COLUMNS)
+    memories = wh.read_shard("memories", as_of, shard, shards, columns=MERGE_COLUMNS)
     pairs = merged_pairs(found.pairs, exact_content_pairs(memories))
     # The shard's counts travel with its part (the combine step may run in another process).
     counts = {"rows_by_method": found.methods, "namespaces_reused": found.reused_namespaces}
@@ -241,7 +226,7 @@ def duplicates(
     config = engram_config.load()
     as_of = as_of_date(context)
     wh = warehouse.get()
-    memories = wh.read_table("memories", as_of, columns=_MERGE_COLUMNS)
+    memories = wh.read_table("memories", as_of, columns=MERGE_COLUMNS)
     result = duplicates_for_day(
         wh.read_table("similarity_pairs", as_of),
         memories,
@@ -279,7 +264,7 @@ def consolidation(
     config = engram_config.load()
     as_of = as_of_date(context)
     wh = warehouse.get()
-    memories = wh.read_table("memories", as_of, columns=_MERGE_COLUMNS)
+    memories = wh.read_table("memories", as_of, columns=MERGE_COLUMNS)
     result = consolidation_for_day(
         wh.read_table("similarity_pairs", as_of),
         memories,
