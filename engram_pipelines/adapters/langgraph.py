@@ -20,22 +20,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import tempfile
 import uuid
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from engram_pipelines.adapters.sync import SyncResult, hidden_since_pull
-from engram_pipelines.changes.revert import RestoreError
-from engram_pipelines.importing import import_jsonl
-from engram_pipelines.store import Store, StoreError, redact
+from engram_pipelines.adapters.sync import (
+    SyncResult,
+    audit,
+    connect,
+    hidden_since_pull,
+    import_new,
+    last_deletion,
+)
+from engram_pipelines.store import Store
 from engram_pipelines.timestamps import format_timestamp
 
-PUSH_SET = "langgraph-push"
-TARGET_KIND = "langgraph"
+TARGET_KIND = "langgraph"  # the audit's target kind (and change set `langgraph-push`) of the adapter's writes
 TEXT_FIELDS = ("content", "text", "memory", "data")
 # Memory ids of LangGraph items: a UUID of (prefix, key) in a namespace of its own, stable across pulls.
 ID_NAMESPACE = uuid.UUID("6f1c2d1e-4f0b-4d55-9a43-2b8a39c1e7a5")
@@ -52,12 +54,7 @@ class LangGraphStore:
         self.url = url
 
     def _connect(self) -> psycopg.Connection:
-        try:
-            return psycopg.connect(self.url)
-        except psycopg.OperationalError as error:
-            raise StoreError(
-                f"cannot reach the LangGraph store {redact(self.url)}: {error}".strip()
-            ) from None
+        return connect(self.url, "LangGraph")
 
     def items(self) -> list[dict[str, Any]]:
         with self._connect() as conn:
@@ -75,19 +72,7 @@ class LangGraphStore:
         lines = {memory_id(i["prefix"], i["key"]): _import_line(i) for i in items}
         known = store.read_memories(list(lines))
         new = [line for mid, line in lines.items() if mid not in known]
-        if new:
-            with tempfile.TemporaryDirectory(prefix="engram-langgraph-") as tmp:
-                path = Path(tmp) / "items.jsonl"
-                path.write_text("".join(json.dumps(line) + "\n" for line in new), encoding="utf-8")
-                summary = import_jsonl(
-                    store,
-                    path,
-                    default_namespace=None,
-                    embedding_dim=embedding_dim,
-                    rejects_path=Path(tmp) / "rejects.jsonl",
-                )
-            result.inserted, result.rejected = summary.imported, summary.rejected_lines
-            result.samples = [f"line {r.line}: {r.field}: {r.reason}" for r in summary.reject_samples[:5]]
+        import_new(store, new, result, embedding_dim=embedding_dim)
         for mid, memory in known.items():
             line = lines[mid]
             pulled = (memory["metadata"] or {}).get("langgraph") or {}
@@ -103,14 +88,15 @@ class LangGraphStore:
         result.rows = len(items)
         with self._connect() as conn:
             ids = [memory_id(i["prefix"], i["key"]) for i in items]
-            for mid, pulled in hidden_since_pull(store, ids, "langgraph"):
+            indexed = _has_vectors(conn)  # a store without a vector index has no store_vectors table
+            for mid, pulled in hidden_since_pull(store, ids, TARGET_KIND):
                 key = (pulled["prefix"], pulled["key"])
                 vectors = (
                     conn.execute(
                         "SELECT field_name, embedding::text FROM store_vectors WHERE prefix = %s AND key = %s",
                         key,
                     ).fetchall()
-                    if _has_vectors(conn)
+                    if indexed
                     else []
                 )
                 deleted = conn.execute(
@@ -122,11 +108,10 @@ class LangGraphStore:
                     conn.rollback()
                     result.skipped_concurrent_edit += 1  # put through LangGraph since the pull: it wins
                     continue
-                store.audit_external(
+                audit(
+                    store,
+                    TARGET_KIND,
                     actor=actor,
-                    change_set_id=PUSH_SET,
-                    change_id=f"{PUSH_SET}:{uuid.uuid4().hex[:20]}",
-                    target_kind=TARGET_KIND,
                     target_id=mid,
                     op="delete",
                     before={
@@ -145,14 +130,7 @@ class LangGraphStore:
 
     def restore(self, store: Store, mid: str, *, actor: str) -> bool:
         """Put back the item `push` deleted last, with its vectors (False when it is there already)."""
-        entries = [
-            a
-            for a in store.audit_rows(target_id=mid)
-            if a["target_kind"] == TARGET_KIND and a["op"] == "delete"
-        ]
-        if not entries:
-            raise RestoreError(f"no LangGraph item {mid} was deleted by a push (nothing in the audit log)")
-        item = entries[-1]["before"]
+        item = last_deletion(store, TARGET_KIND, mid, "LangGraph item")
         with self._connect() as conn:
             inserted = conn.execute(
                 "INSERT INTO store (prefix, key, value, created_at, updated_at) VALUES (%s, %s, %s, %s, %s) "
@@ -166,16 +144,7 @@ class LangGraphStore:
                         (item["prefix"], item["key"], field_name, embedding),
                     )
         if inserted is not None:
-            store.audit_external(
-                actor=actor,
-                change_set_id=PUSH_SET,
-                change_id=f"langgraph-restore:{uuid.uuid4().hex[:20]}",
-                target_kind=TARGET_KIND,
-                target_id=mid,
-                op="restore",
-                before=None,
-                after=item,
-            )
+            audit(store, TARGET_KIND, actor=actor, target_id=mid, op="restore", before=None, after=item)
         return inserted is not None
 
 

@@ -22,9 +22,7 @@ mem0's readers need no filter: what a night hid is simply not in the collection 
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import tempfile
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,14 +31,18 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from engram_pipelines.adapters.sync import SyncResult, hidden_since_pull
-from engram_pipelines.changes.revert import RestoreError
-from engram_pipelines.importing import import_jsonl
+from engram_pipelines.adapters.sync import (
+    SyncResult,
+    audit,
+    connect,
+    hidden_since_pull,
+    import_new,
+    last_deletion,
+)
 from engram_pipelines.mem0_format import from_mem0
-from engram_pipelines.store import Store, StoreError, redact
+from engram_pipelines.store import Store
 
-PUSH_SET = "mem0-push"  # the audit's change_set_id of the adapter's deletions
-TARGET_KIND = "mem0"
+TARGET_KIND = "mem0"  # the audit's target kind (and change set `mem0-push`) of the adapter's writes
 
 
 class Mem0Collection:
@@ -55,10 +57,7 @@ class Mem0Collection:
         self.history = Path(history) if history is not None else None
 
     def _connect(self) -> psycopg.Connection:
-        try:
-            return psycopg.connect(self.url)
-        except psycopg.OperationalError as error:
-            raise StoreError(f"cannot reach the mem0 store {redact(self.url)}: {error}".strip()) from None
+        return connect(self.url, "mem0")
 
     def rows(self) -> list[dict[str, Any]]:
         with self._connect() as conn:
@@ -80,20 +79,14 @@ class Mem0Collection:
                 new.append(line)
             elif _guard(known[row["id"]]) != _pulled(row["payload"]):
                 changed.append((known[row["id"]], line))
-        if new:
-            with tempfile.TemporaryDirectory(prefix="engram-mem0-") as tmp:
-                path = Path(tmp) / "mem0.jsonl"
-                path.write_text("".join(json.dumps(line) + "\n" for line in new), encoding="utf-8")
-                summary = import_jsonl(
-                    store,
-                    path,
-                    default_namespace=default_namespace,
-                    embedding_dim=embedding_dim,
-                    rejects_path=Path(tmp) / "rejects.jsonl",
-                    source_format="mem0",
-                )
-            result.inserted, result.rejected = summary.imported, summary.rejected_lines
-            result.samples = [f"line {r.line}: {r.field}: {r.reason}" for r in summary.reject_samples[:5]]
+        import_new(
+            store,
+            new,
+            result,
+            embedding_dim=embedding_dim,
+            source_format="mem0",
+            default_namespace=default_namespace,
+        )
         for memory, line in changed:
             metadata = {**memory["metadata"], "mem0": line["metadata"]["mem0"]}
             store.update_memory(memory["id"], memory["version"], content=line["content"], metadata=metadata)
@@ -106,7 +99,7 @@ class Mem0Collection:
         rows = self.rows()
         result.rows = len(rows)
         with self._connect() as conn:
-            for memory_id, pulled in hidden_since_pull(store, [r["id"] for r in rows], "mem0"):
+            for memory_id, pulled in hidden_since_pull(store, [r["id"] for r in rows], TARGET_KIND):
                 deleted = conn.execute(
                     sql.SQL(
                         "DELETE FROM {} WHERE id = %s AND payload->>'hash' IS NOT DISTINCT FROM %s "
@@ -117,11 +110,10 @@ class Mem0Collection:
                 if deleted is None:
                     result.skipped_concurrent_edit += 1  # written through mem0 since the pull: it wins
                     continue
-                store.audit_external(
+                audit(
+                    store,
+                    TARGET_KIND,
                     actor=actor,
-                    change_set_id=PUSH_SET,
-                    change_id=f"{PUSH_SET}:{uuid.uuid4().hex[:20]}",
-                    target_kind=TARGET_KIND,
                     target_id=memory_id,
                     op="delete",
                     before={"collection": self.collection, "vector": deleted[0], "payload": deleted[1]},
@@ -135,16 +127,7 @@ class Mem0Collection:
     # -- restore ---------------------------------------------------------------------------------------------
     def restore(self, store: Store, memory_id: str, *, actor: str) -> bool:
         """Put back the row `push` deleted last (False when it is in the collection already)."""
-        entries = [
-            a
-            for a in store.audit_rows(target_id=memory_id)
-            if a["target_kind"] == TARGET_KIND and a["op"] == "delete"
-        ]
-        if not entries:
-            raise RestoreError(
-                f"no mem0 row {memory_id} was deleted by a push (nothing in this store's audit log)"
-            )
-        before = entries[-1]["before"]
+        before = last_deletion(store, TARGET_KIND, memory_id, "mem0 row")
         with self._connect() as conn:
             inserted = conn.execute(
                 sql.SQL(
@@ -155,15 +138,8 @@ class Mem0Collection:
             ).fetchone()
         if inserted is not None:
             self._record(memory_id, before["payload"], "ADD")
-            store.audit_external(
-                actor=actor,
-                change_set_id=PUSH_SET,
-                change_id=f"mem0-restore:{uuid.uuid4().hex[:20]}",
-                target_kind=TARGET_KIND,
-                target_id=memory_id,
-                op="restore",
-                before=None,
-                after=before,
+            audit(
+                store, TARGET_KIND, actor=actor, target_id=memory_id, op="restore", before=None, after=before
             )
         return inserted is not None
 
