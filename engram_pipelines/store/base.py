@@ -117,6 +117,9 @@ class ChangeSetRecord:
 
 
 # Every ledger write; an outcome recorded twice for one change (a retry's second outcome) replaces the first.
+_AUDIT_INSERT = (
+    "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, after)"
+)
 _LEDGER_INSERT = "INSERT INTO change_ledger (change_id, change_set_id, target_id, outcome, detail, at)"
 _LEDGER_UPSERT = (
     "ON CONFLICT (change_set_id, target_id, change_id) DO UPDATE SET outcome = excluded.outcome, "
@@ -409,22 +412,17 @@ class Store(ABC):
                 self._sql(f"UPDATE memories SET {sets}, version = version + 1, updated_at = ? WHERE id = ?"),
                 (*(self._to_db(c, v) for c, v in changes.items()), self._to_db("updated_at", now), memory_id),
             )
-            after = {"id": memory_id, "version": expected_version + 1, **changes}
-            cur.execute(
-                self._sql(
-                    "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "
-                    "after) VALUES (?, ?, ?, ?, 'memory', ?, ?, ?, ?)"
-                ),
-                (
-                    self._to_db("created_at", now),
-                    actor,
-                    change_set_id,
-                    change_id,
-                    memory_id,
-                    op,
-                    self._to_db("metadata", found[0]),
-                    self._to_db("metadata", after),
-                ),
+            self._audit_row(
+                cur,
+                at=now,
+                actor=actor,
+                change_set_id=change_set_id,
+                change_id=change_id,
+                target_kind="memory",
+                target_id=memory_id,
+                op=op,
+                before=found[0],
+                after={"id": memory_id, "version": expected_version + 1, **changes},
             )
             self._record_outcomes(cur, change_set_id, [Outcome(change_id, memory_id, "applied")], now)
         return expected_version + 1
@@ -778,8 +776,7 @@ class Store(ABC):
             after = "NULL" if delete else self._audit_after_sql()
             cur.execute(
                 self._sql(
-                    "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "
-                    f"after) SELECT ?, ?, ?, b.change_id, 'memory', b.target_id, b.op, {preimage}, {after} "
+                    f"{_AUDIT_INSERT} SELECT ?, ?, ?, b.change_id, 'memory', b.target_id, b.op, {preimage}, {after} "
                     "FROM _batch b JOIN memories m ON m.id = b.target_id WHERE b.hit = 1"
                 ),
                 (at, actor, change_set_id),
@@ -820,10 +817,7 @@ class Store(ABC):
                 if self.insert_memories([row], cur=cur):
                     landed.add(change_id)
                     cur.execute(
-                        self._sql(
-                            "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, "
-                            "before, after) VALUES (?, ?, ?, ?, 'memory', ?, 'insert', NULL, ?)"
-                        ),
+                        self._sql(f"{_AUDIT_INSERT} VALUES (?, ?, ?, ?, 'memory', ?, 'insert', NULL, ?)"),
                         (
                             self._to_db("created_at", at),
                             actor,
@@ -944,8 +938,7 @@ class Store(ABC):
         # Audit ids follow the caller's order, as they did one link at a time (revert walks them backwards).
         cur.execute(
             self._sql(
-                "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "
-                f"after) SELECT ?, ?, ?, change_id, 'link', {target}, op, before, "
+                f"{_AUDIT_INSERT} SELECT ?, ?, ?, change_id, 'link', {target}, op, before, "
                 f"CASE WHEN op = 'link_delete' THEN NULL WHEN before IS NOT NULL THEN {after} ELSE after END "
                 f"FROM _link_batch WHERE {landed} ORDER BY seq"
             ),
@@ -1074,10 +1067,7 @@ class Store(ABC):
                 )
             if audits:
                 cur.executemany(
-                    self._sql(
-                        "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, "
-                        "before, after) VALUES (?, ?, ?, ?, 'link', ?, ?, ?, ?)"
-                    ),
+                    self._sql(f"{_AUDIT_INSERT} VALUES (?, ?, ?, ?, 'link', ?, ?, ?, ?)"),
                     audits,
                 )
             self._record_outcomes(cur, change_set_id, ledger, utc_now())
@@ -1124,23 +1114,48 @@ class Store(ABC):
     ) -> None:
         """An audit row for a write outside this store (an adapter's write to another system)."""
         with self.write_transaction() as cur:
-            cur.execute(
-                self._sql(
-                    "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "
-                    "after) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                (
-                    self._to_db("created_at", utc_now()),
-                    actor,
-                    change_set_id,
-                    change_id,
-                    target_kind,
-                    target_id,
-                    op,
-                    None if before is None else self._to_db("metadata", before),
-                    None if after is None else self._to_db("metadata", after),
-                ),
+            self._audit_row(
+                cur,
+                at=utc_now(),
+                actor=actor,
+                change_set_id=change_set_id,
+                change_id=change_id,
+                target_kind=target_kind,
+                target_id=target_id,
+                op=op,
+                before=before,
+                after=after,
             )
+
+    def _audit_row(
+        self,
+        cur: Any,
+        *,
+        at: dt.datetime,
+        actor: str,
+        change_set_id: str,
+        change_id: str,
+        target_kind: str,
+        target_id: str,
+        op: str,
+        before: dict[str, Any] | str | None,
+        after: dict[str, Any] | str | None,
+    ) -> None:
+        """One audit row, in the caller's transaction (documents as dicts or as the JSON the store holds)."""
+        cur.execute(
+            self._sql(f"{_AUDIT_INSERT} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            (
+                self._to_db("created_at", at),
+                actor,
+                change_set_id,
+                change_id,
+                target_kind,
+                target_id,
+                op,
+                None if before is None else self._to_db("metadata", before),
+                None if after is None else self._to_db("metadata", after),
+            ),
+        )
 
     def restore_preimage(self, preimage: dict[str, Any], *, actor: str, reason: str) -> bool:
         """Re-insert a deleted memory from its audit pre-image under its original id; False if it exists."""
@@ -1167,10 +1182,7 @@ class Store(ABC):
                     self._sql("UPDATE memories SET embedding = ? WHERE id = ?"), (embedding, row["id"])
                 )
             cur.execute(
-                self._sql(
-                    "INSERT INTO audit_log (at, actor, change_set_id, change_id, target_kind, target_id, op, before, "
-                    "after) VALUES (?, ?, NULL, NULL, 'memory', ?, 'restore', NULL, ?)"
-                ),
+                self._sql(f"{_AUDIT_INSERT} VALUES (?, ?, NULL, NULL, 'memory', ?, 'restore', NULL, ?)"),
                 (self._to_db("created_at", utc_now()), actor, row["id"], json.dumps({"reason": reason})),
             )
         return True
