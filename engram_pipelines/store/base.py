@@ -1216,7 +1216,7 @@ def embedding_array(blobs: Sequence[bytes | None], dim: int, dtype: str = "<f4")
     dimension. One join and one conversion for the whole batch: no array per row.
 
     A vector of the wrong size cannot live in a fixed-size column; the snapshot finds those rows by their
-    NULL embedding next to a non-NULL embedding_model and quarantines them with a reason.
+    NULL embedding next to a non-NULL embedding_model and drops the vector (the text is embedded instead).
     """
     width = dim * 4
     valid = np.fromiter((b is not None and len(b) == width for b in blobs), dtype=bool, count=len(blobs))
