@@ -391,10 +391,10 @@ def consolidate(
         (reports / f"review-{gated}.md").write_text(
             review_markdown(record, rows, memories, store_url(store_arg))
         )
-        (reports / f"review-{gated}.html").write_text(
-            review_html(record, rows, memories, store_url(store_arg))
-        )
-        summary["review_report"] = str(reports / f"review-{gated}.html")
+        page = reports / f"review-{gated}.html"
+        if not page.exists():  # the job's change_set step writes it for the sets a page holds
+            page.write_text(review_html(record, rows, memories, store_url(store_arg)))
+        summary["review_report"] = str(page)
     with opened(store_arg) as store:
         summary["waiting_for_review"] = [
             {"change_set_id": r.change_set_id, "job": r.job, "review_class": r.review_class, "total": r.total}
