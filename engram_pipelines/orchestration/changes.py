@@ -125,7 +125,7 @@ def change_set(
             for klass in ("gated", "held")
             if (
                 page := write_review_page(
-                    live, sets[klass][0], sets[klass][1].to_pylist(), wh.reports_dir(as_of), store.url
+                    live, sets[klass][0], sets[klass][1], wh.reports_dir(as_of), store.url
                 )
             )
             is not None
