@@ -324,9 +324,7 @@ class Store(ABC):
         columns = ["embedding", *records.MEMORY_COLUMNS]
         out: dict[str, dict[str, Any]] = {}
         with self.read_transaction():
-            for start in range(0, len(ids), 500):
-                chunk = list(ids[start : start + 500])
-                marks = ",".join("?" for _ in chunk)
+            for chunk, marks in _id_chunks(ids):
                 cur = self.execute(f"SELECT {', '.join(columns)} FROM memories WHERE id IN ({marks})", chunk)
                 for row in cur.fetchall():
                     item = self._row_to_dict(columns, row)
@@ -673,9 +671,7 @@ class Store(ABC):
         """id -> the versions the pipeline's own writes gave each row (from the audit log's post-images): a
         row whose version moved past them was edited by someone else."""
         out: dict[str, list[int]] = {i: [] for i in ids}
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start : start + 500])
-            marks = ", ".join("?" for _ in chunk)
+        for chunk, marks in _id_chunks(ids):
             rows = self.query(
                 f"SELECT target_id, after FROM audit_log WHERE target_kind = 'memory' AND target_id IN ({marks}) "
                 "AND after IS NOT NULL",
@@ -1009,11 +1005,8 @@ class Store(ABC):
             }
             ends = sorted({i for r in reverts if r.restore is not None for i in r.key[:2]})
             existing: set[str] = set()
-            for start in range(0, len(ends), 500):
-                chunk = ends[start : start + 500]
-                cur.execute(
-                    self._sql(f"SELECT id FROM memories WHERE id IN ({', '.join('?' * len(chunk))})"), chunk
-                )
+            for chunk, marks in _id_chunks(ends):
+                cur.execute(self._sql(f"SELECT id FROM memories WHERE id IN ({marks})"), chunk)
                 existing |= {row[0] for row in cur.fetchall()}
             deletes, upserts, audits, ledger = [], [], [], []
             for r in reverts:
@@ -1076,18 +1069,14 @@ class Store(ABC):
     def visible_ids(self, ids: Sequence[str]) -> list[str]:
         """Which of `ids` recall shows (the `recall_memories` view)."""
         out: list[str] = []
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start : start + 500])
-            marks = ", ".join("?" for _ in chunk)
+        for chunk, marks in _id_chunks(ids):
             out += [r[0] for r in self.query(f"SELECT id FROM recall_memories WHERE id IN ({marks})", chunk)]
         return out
 
     def deleted_memories(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """id -> the pre-image of its latest deletion (a purge), for those of `ids` the pipeline deleted."""
         out: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start : start + 500])
-            marks = ", ".join("?" for _ in chunk)
+        for chunk, marks in _id_chunks(ids):
             for target, before in self.query(
                 "SELECT target_id, before FROM audit_log WHERE target_kind = 'memory' AND after IS NULL "
                 f"AND before IS NOT NULL AND op <> 'insert' AND target_id IN ({marks}) ORDER BY audit_id",
@@ -1190,6 +1179,14 @@ class Store(ABC):
 
 # What a revert compares of a link with what the apply left: the values writes change.
 _LINK_GUARD = ("weight", "origin", "created_at", "updated_at")
+
+
+def _id_chunks(ids: Sequence[str], size: int = 500) -> Iterator[tuple[list[str], str]]:
+    """`ids` in chunks for `IN (...)` lists, each with its placeholders: one statement per chunk, well under
+    SQLite's limit on bound variables."""
+    for start in range(0, len(ids), size):
+        chunk = list(ids[start : start + size])
+        yield chunk, ", ".join("?" * len(chunk))
 
 
 def _link_guard(link: dict[str, Any] | None) -> tuple | None:
