@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engram_pipelines.changes.apply import apply_change_set  # noqa: E402
 from engram_pipelines.changes.compose import compose, intents_table  # noqa: E402
 from engram_pipelines.changes.registry import load_change_set, store_change_set  # noqa: E402
-from engram_pipelines.snapshot import take_snapshot  # noqa: E402
+from engram_pipelines.core.timestamps import end_of_day  # noqa: E402
+from engram_pipelines.ingest.snapshot import take_snapshot  # noqa: E402
 from engram_pipelines.store import Store, open_store  # noqa: E402
-from engram_pipelines.testing_agents import latency_percentiles, lost_edits, run_with_agents  # noqa: E402
-from engram_pipelines.timestamps import end_of_day  # noqa: E402
-from engram_pipelines.warehouse import Warehouse  # noqa: E402
+from engram_pipelines.testing.agents import latency_percentiles, lost_edits, run_with_agents  # noqa: E402
+from engram_pipelines.warehouse.tables import Warehouse  # noqa: E402
 
 AS_OF = dt.date(2026, 11, 29)
 T0 = dt.datetime(2026, 10, 1, tzinfo=dt.UTC)
@@ -176,7 +176,7 @@ def main() -> None:
     )
     server = None
     if "postgres" in args.stores:
-        from engram_pipelines.testing_postgres import PostgresServer
+        from engram_pipelines.testing.postgres import PostgresServer
 
         server = PostgresServer()
         server.start()

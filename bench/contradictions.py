@@ -33,7 +33,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engram_pipelines.contradictions import (  # noqa: E402
+from engram_pipelines.analyses.contradictions.detect import (  # noqa: E402
     CHANGE,
     COPULA,
     NEGATION,

@@ -6,7 +6,7 @@ SNLI test split: 9,824 human-labelled (premise, hypothesis) pairs, entailment / 
 premise is taken as the older memory, the hypothesis as the newer one. For each rule: how often it fires, on
 which labels, precision (fired pairs that are contradictions) and recall (contradictions it catches), first over
 all pairs, then over the pairs whose cosine lies in the candidate band [0.80, 0.97) (the pairs the pipeline
-actually checks), when the sentence embedder (engram_pipelines/embeddings.py) is installed.
+actually checks), when the sentence embedder (engram_pipelines/vectors/embeddings.py) is installed.
 
 STS Benchmark test split (1,379 pairs, similarity 0-5): pairs scored >= 4 are paraphrases ("mostly" or fully
 equivalent), the near-duplicates a memory store is full of; any rule firing on one is a false alarm. Reported:
@@ -36,7 +36,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.paths import SHARED_DATA  # noqa: E402
-from engram_pipelines.contradictions import RULE_ORDER, detect, load_rules, memory_features  # noqa: E402
+from engram_pipelines.analyses.contradictions.detect import RULE_ORDER, detect, load_rules, memory_features  # noqa: E402
 
 DEFAULT_DATA_DIR = SHARED_DATA  # ENGRAM_QUALITY_DATA, else ../shared/data beside the repository
 DEFAULT_CACHE_DIR = Path("/tmp/engram-bench-embeddings")
@@ -107,7 +107,7 @@ def band_cosines(
 ) -> np.ndarray | None:
     """Cosine of each pair with the default embedder, or None when it is not installed."""
     try:
-        from engram_pipelines.embeddings import embed_in_batches, load_embedder
+        from engram_pipelines.vectors.embeddings import embed_in_batches, load_embedder
     except ImportError as exc:
         print(f"no embedder ({exc}): the band section is skipped")
         return None

@@ -37,9 +37,9 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engram_pipelines.config import Config  # noqa: E402
-from engram_pipelines.decay import CueCache, decay_scores  # noqa: E402
-from engram_pipelines.records import TIMESTAMP  # noqa: E402
+from engram_pipelines.analyses.lifecycle.decay import CueCache, decay_scores  # noqa: E402
+from engram_pipelines.config.model import Config  # noqa: E402
+from engram_pipelines.core.records import TIMESTAMP  # noqa: E402
 
 AS_OF = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
 

@@ -34,13 +34,13 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.paths import SHARED_DATA  # noqa: E402
-from engram_pipelines.embeddings import Embedder, embed_in_batches, load_embedder  # noqa: E402
-from engram_pipelines.progress import BarProgress  # noqa: E402
+from engram_pipelines.core.progress import BarProgress  # noqa: E402
+from engram_pipelines.vectors.embeddings import Embedder, embed_in_batches, load_embedder  # noqa: E402
 
 DEFAULT_DATA_DIR = SHARED_DATA  # ENGRAM_QUALITY_DATA, else ../shared/data beside the repository
 DEFAULT_CACHE_DIR = Path("/tmp/engram-bench-embeddings")
 
-# The bands of the similarity config (engram_pipelines/config.py SimilarityConfig defaults).
+# The bands of the similarity config (engram_pipelines/config/model.py SimilarityConfig defaults).
 MERGE_THRESHOLD = 0.85
 DUPLICATE_THRESHOLD = 0.97
 CONTRADICTION_BAND = (0.80, 0.97)

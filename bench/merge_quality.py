@@ -22,12 +22,12 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.paths import SHARED_DATA  # noqa: E402
-from engram_pipelines import records  # noqa: E402
-from engram_pipelines.config import Config  # noqa: E402
-from engram_pipelines.embeddings import load_embedder  # noqa: E402
-from engram_pipelines.merges import collapse_duplicates, consolidate  # noqa: E402
-from engram_pipelines.pairs import exact_content_pairs, merged_pairs, vector_pairs  # noqa: E402
-from engram_pipelines.vectors import partition_vectors  # noqa: E402
+from engram_pipelines.analyses.merges.collapse import collapse_duplicates, consolidate  # noqa: E402
+from engram_pipelines.config.model import Config  # noqa: E402
+from engram_pipelines.core import records  # noqa: E402
+from engram_pipelines.vectors.comparable import partition_vectors  # noqa: E402
+from engram_pipelines.vectors.embeddings import load_embedder  # noqa: E402
+from engram_pipelines.vectors.pairs import exact_content_pairs, merged_pairs, vector_pairs  # noqa: E402
 
 AS_OF = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
 
@@ -67,7 +67,7 @@ def memories_of(stsb: pd.DataFrame) -> pa.Table:
 
 def contradiction_pairs(memories: pa.Table, pairs: pa.Table) -> pa.Table | None:
     try:
-        from engram_pipelines.contradictions import detect, load_rules, memory_features
+        from engram_pipelines.analyses.contradictions.detect import detect, load_rules, memory_features
     except ImportError:
         return None
     rules = load_rules()

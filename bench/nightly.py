@@ -103,7 +103,7 @@ def main() -> None:
     server = None
     if "postgres" in args.stores:
         sys.path.insert(0, str(ROOT))
-        from engram_pipelines.testing_postgres import PostgresServer
+        from engram_pipelines.testing.postgres import PostgresServer
 
         server = PostgresServer()
         server.start()

@@ -31,7 +31,7 @@ fresh temporary SQLite store and warehouse:
      compressed into. "Before" is the imported store (every row visible), "after" the final store. Also the
      share of top-10 slots that are near-copies (cosine >= 0.95) of a higher-ranked result.
 
-Vectors are the product's own (engram_pipelines.vectors.partition_vectors): the store's vector where current,
+Vectors are the product's own (engram_pipelines.vectors.comparable.partition_vectors): the store's vector where current,
 else the warehouse's embedding cache, filled by the nightly's `embeddings` step. Config: --config, else the
 product's usual lookup ($ENGRAM_CONFIG, ./engram.yaml, the seeds' environment variables); the default config
 is what the figures are meant to describe, so the bench warns when an override is active.
@@ -66,17 +66,17 @@ import pyarrow.compute as pc
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engram_pipelines import records  # noqa: E402
 from engram_pipelines.changes.apply import apply_change_set  # noqa: E402
 from engram_pipelines.changes.registry import load_change_set, ops_by  # noqa: E402
 from engram_pipelines.changes.revert import approve_change_set  # noqa: E402
-from engram_pipelines.config import ENV_OVERRIDES, ENV_SECONDS_TO_DAYS, Config, load_config  # noqa: E402
-from engram_pipelines.embeddings import Embedder, embed_in_batches, load_embedder  # noqa: E402
-from engram_pipelines.importing import import_jsonl  # noqa: E402
+from engram_pipelines.config.model import ENV_OVERRIDES, ENV_SECONDS_TO_DAYS, Config, load_config  # noqa: E402
+from engram_pipelines.core import records  # noqa: E402
+from engram_pipelines.ingest.load import import_jsonl  # noqa: E402
 from engram_pipelines.orchestration.runner import execute_job  # noqa: E402
 from engram_pipelines.store import Store, open_store  # noqa: E402
-from engram_pipelines.vectors import VECTOR_INPUT_COLUMNS, partition_vectors  # noqa: E402
-from engram_pipelines.warehouse import Warehouse  # noqa: E402
+from engram_pipelines.vectors.comparable import VECTOR_INPUT_COLUMNS, partition_vectors  # noqa: E402
+from engram_pipelines.vectors.embeddings import Embedder, embed_in_batches, load_embedder  # noqa: E402
+from engram_pipelines.warehouse.tables import Warehouse  # noqa: E402
 
 TOP_K = 10
 NEAR_COPY = 0.95

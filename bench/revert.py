@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engram_pipelines import api  # noqa: E402
-from engram_pipelines.demo_loader import load_demo  # noqa: E402
+from engram_pipelines.demo.loader import load_demo  # noqa: E402
 from engram_pipelines.orchestration.runner import execute_job  # noqa: E402
 from engram_pipelines.store import open_store  # noqa: E402
 
@@ -71,7 +71,7 @@ def main() -> None:
             if kind == "sqlite":
                 result = run_case(f"sqlite:///{root}/engram.db", root / "wh-sqlite", args.size)
             else:
-                from engram_pipelines.testing_postgres import PostgresServer
+                from engram_pipelines.testing.postgres import PostgresServer
 
                 server = PostgresServer()
                 server.start()

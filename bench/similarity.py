@@ -1,4 +1,4 @@
-"""Benchmark of the all-pairs similarity engine (engram_pipelines.similarity) against exact and libraries.
+"""Benchmark of the all-pairs similarity engine (engram_pipelines.vectors.similarity) against exact and libraries.
 
     .venv/bin/python bench/similarity.py --sizes 100000 1000000      # full run: an hour or more at 1M
     .venv/bin/python bench/similarity.py --quick                     # 10k and 30k rows, about a minute
@@ -52,8 +52,8 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engram_pipelines import similarity  # noqa: E402
-from engram_pipelines.similarity import pairs_per_row_loop, similar_pairs  # noqa: E402
+from engram_pipelines.vectors import similarity  # noqa: E402
+from engram_pipelines.vectors.similarity import pairs_per_row_loop, similar_pairs  # noqa: E402
 
 DIM = 384
 THRESHOLD = 0.80
@@ -392,9 +392,9 @@ def real_vectors() -> np.ndarray | None:
     if path.exists():
         return np.load(path)["vectors"]
     try:
-        from engram_pipelines.embeddings import MiniLMEmbedder
+        from engram_pipelines.vectors.embeddings import MiniLMEmbedder
     except ImportError:
-        print("engram_pipelines.embeddings is not there: no real-embedding run")
+        print("engram_pipelines.vectors.embeddings is not there: no real-embedding run")
         return None
     texts = real_sentences()
     vectors = MiniLMEmbedder().embed(texts)

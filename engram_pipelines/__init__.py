@@ -33,7 +33,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The API's names, loaded on first use: `import engram_pipelines.config` (every submodule import runs this
+    """The API's names, loaded on first use: `import engram_pipelines.config.model` (every submodule import runs this
     file) stays light. Only those names: `from engram_pipelines import jsontext` asks here too, before it
     imports the submodule."""
     if name in __all__:

@@ -35,9 +35,9 @@ from engram_pipelines.changes.revert import (
     revert_change_set,
 )
 from engram_pipelines.changes.revert import revert_night as revert_night
-from engram_pipelines.config import store_url, warehouse_path
-from engram_pipelines.explain import explain_memory
-from engram_pipelines.progress import Progress
+from engram_pipelines.config.model import store_url, warehouse_path
+from engram_pipelines.core.progress import Progress
+from engram_pipelines.reports.explain import explain_memory
 from engram_pipelines.store import ChangeSetRecord as ChangeSetRecord
 from engram_pipelines.store import Store as Store
 from engram_pipelines.store import open_store as _open_store

@@ -23,7 +23,7 @@ from rich.table import Column, Table
 
 from engram_pipelines import api
 from engram_pipelines.changes.compose import REVIEWED_CLASSES
-from engram_pipelines.config import ConfigError, load_config, store_url, warehouse_path
+from engram_pipelines.config.model import ConfigError, load_config, store_url, warehouse_path
 from engram_pipelines.store import Store, StoreError, open_store, redact
 
 console = Console(stderr=False, highlight=False)
@@ -46,7 +46,7 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         from engram_pipelines.changes.operator import OperatorError
         from engram_pipelines.changes.registry import ChangeSetNotFound
         from engram_pipelines.changes.revert import RestoreError
-        from engram_pipelines.warehouse import WarehouseBusy
+        from engram_pipelines.warehouse.tables import WarehouseBusy
 
         try:
             try:
@@ -190,8 +190,8 @@ def import_(
       engram-pipelines import history.jsonl --namespace agent:coder --rejects history.rejects.jsonl
       engram-pipelines import mem0-export.jsonl --format mem0
     """
-    from engram_pipelines.importing import import_jsonl
-    from engram_pipelines.progress import BarProgress
+    from engram_pipelines.core.progress import BarProgress
+    from engram_pipelines.ingest.load import import_jsonl
 
     config = load_config(config_path)
     rejects = rejects or file.with_suffix(".rejects.jsonl")
@@ -248,7 +248,7 @@ def export(
     Example:
       engram-pipelines export --out backup.jsonl
     """
-    from engram_pipelines.exporting import export_jsonl
+    from engram_pipelines.ingest.export import export_jsonl
 
     config = load_config(config_path)
     dim = config.snapshot.embedding_dim
@@ -289,7 +289,7 @@ def demo(
     Example:
       engram-pipelines demo --size 10000 --reset
     """
-    from engram_pipelines.demo_loader import load_demo, reset_store
+    from engram_pipelines.demo.loader import load_demo, reset_store
 
     day = parse_date(as_of)
     url = store_url(store_arg)
@@ -363,8 +363,8 @@ def consolidate(
       engram-pipelines consolidate --store sqlite:///data/engram.db --as-of 2026-11-29
     """
     from engram_pipelines.changes.registry import load_change_set
-    from engram_pipelines.review import referenced_ids, review_html, review_markdown
-    from engram_pipelines.warehouse import Warehouse
+    from engram_pipelines.reports.review import referenced_ids, review_html, review_markdown
+    from engram_pipelines.warehouse.tables import Warehouse
 
     day = parse_date(as_of)
     summary = run_job("consolidate", day, store_arg, warehouse, config_path)
@@ -498,8 +498,8 @@ def preview(
     Example:
       engram-pipelines preview --as-of 2026-11-29
     """
-    from engram_pipelines.preview import night_preview
-    from engram_pipelines.warehouse import Warehouse
+    from engram_pipelines.reports.preview import night_preview
+    from engram_pipelines.warehouse.tables import Warehouse
 
     day = parse_date(as_of)
     with tempfile.TemporaryDirectory(prefix="engram-preview-") as scratch:
@@ -550,11 +550,11 @@ def preview_decay_cmd(
     Example:
       engram-pipelines preview-decay --at 2027-01-01 --out preview/
     """
-    from engram_pipelines.decay_preview import preview_decay, score_distribution_png
-    from engram_pipelines.progress import BarProgress
-    from engram_pipelines.snapshot import take_snapshot
-    from engram_pipelines.timestamps import end_of_day
-    from engram_pipelines.warehouse import Warehouse
+    from engram_pipelines.analyses.lifecycle.decay_preview import preview_decay, score_distribution_png
+    from engram_pipelines.core.progress import BarProgress
+    from engram_pipelines.core.timestamps import end_of_day
+    from engram_pipelines.ingest.snapshot import take_snapshot
+    from engram_pipelines.warehouse.tables import Warehouse
 
     config = load_config(config_path)
     day, target = parse_date(as_of), parse_date(at, "--at")
@@ -687,7 +687,7 @@ def changes_show(
       engram-pipelines changes show ID --html review.html
     """
     from engram_pipelines.changes.registry import load_change_set
-    from engram_pipelines.review import referenced_ids, review_html, review_markdown
+    from engram_pipelines.reports.review import referenced_ids, review_html, review_markdown
 
     with opened(store_arg) as store:
         record, table = load_change_set(store, change_set_id, warehouse_root=warehouse_path(warehouse))
@@ -752,7 +752,7 @@ def apply_(
     change_set_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
 ) -> None:
     """Apply a change set (CAS-guarded, audited; re-running is a no-op; a crashed run resumes)."""
-    from engram_pipelines.progress import BarProgress
+    from engram_pipelines.core.progress import BarProgress
 
     config = load_config(config_path)
     with opened(store_arg) as store:
@@ -842,7 +842,7 @@ def explain(
     memory_id: str, store_arg: str | None, warehouse: str | None, config_path: str | None, as_json: bool
 ) -> None:
     """Why a memory is in the state it is: its row, every change and audit row that touched it."""
-    from engram_pipelines.explain import render_explanation
+    from engram_pipelines.reports.explain import render_explanation
 
     with opened(store_arg) as store:
         story = api.explain(store, memory_id, warehouse=warehouse_path(warehouse))

@@ -6,10 +6,10 @@ from typing import Any
 
 from engram_pipelines.changes.compose import compose, intents_table
 from engram_pipelines.changes.registry import store_change_set
-from engram_pipelines.snapshot import take_snapshot
+from engram_pipelines.core.timestamps import end_of_day
+from engram_pipelines.ingest.snapshot import take_snapshot
 from engram_pipelines.store import Store
-from engram_pipelines.timestamps import end_of_day
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.tables import Warehouse
 from tests.conftest import AS_OF, T0
 
 

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from engram_pipelines.store import Store, open_store
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.tables import Warehouse
 
 _db_names = itertools.count()
 
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[object]:
-    from engram_pipelines.testing_postgres import PostgresServer
+    from engram_pipelines.testing.postgres import PostgresServer
 
     server = PostgresServer()
     server.start()

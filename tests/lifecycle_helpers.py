@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from engram_pipelines import records
+from engram_pipelines.core import records
 
 AS_OF = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
 

@@ -21,8 +21,8 @@ import pytest
 from engram_pipelines.changes.apply import apply_change_set
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.store import Store, open_store
-from engram_pipelines.testing_agents import lost_edits, run_with_agents
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.testing.agents import lost_edits, run_with_agents
+from engram_pipelines.warehouse.tables import Warehouse
 from tests.changes_helpers import intent, propose
 from tests.conftest import memory
 

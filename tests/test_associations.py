@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from engram_pipelines.associations import associations
-from engram_pipelines.config import Config
-from engram_pipelines.pairs import PAIR_SCHEMA
+from engram_pipelines.analyses.links.associations import associations
+from engram_pipelines.config.model import Config
+from engram_pipelines.vectors.pairs import PAIR_SCHEMA
 from tests.lifecycle_helpers import AS_OF, snapshot
 from tests.test_semantic import World, direction, episode, link, links_table, ops, params_of
 

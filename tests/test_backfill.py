@@ -7,9 +7,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from engram_pipelines.demo_loader import load_demo
+from engram_pipelines.demo.loader import load_demo
 from engram_pipelines.store import open_store
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.tables import Warehouse
 from tests.conftest import AS_OF
 
 
@@ -92,7 +92,7 @@ def test_each_backfilled_day_records_its_own_row_counts(tmp_path: Path):
 def test_a_backfilled_day_merges_what_the_nightly_merges(tmp_path: Path):
     """The backfill chained the merge steps by hand and left out the pairs the nightly excludes as
     contradictions: "Ana likes green tea" would have been hidden inside "Ana doesn't like green tea"."""
-    from engram_pipelines.history import backfill
+    from engram_pipelines.night.backfill import backfill
     from engram_pipelines.orchestration.runner import execute_job
     from tests.conftest import memory
 
@@ -125,7 +125,7 @@ def test_a_backfilled_day_merges_what_the_nightly_merges(tmp_path: Path):
     wh = Warehouse(tmp_path / "wh")
     assert wh.read_table("contradictions", AS_OF).num_rows >= 1
 
-    from engram_pipelines.config import Config
+    from engram_pipelines.config.model import Config
 
     summary = backfill(
         wh.read_memories(AS_OF),

@@ -27,10 +27,10 @@ from engram_pipelines.changes.revert import (
     restore_memory,
     revert_change_set,
 )
-from engram_pipelines.explain import explain_memory
-from engram_pipelines.snapshot import take_snapshot
+from engram_pipelines.core.timestamps import end_of_day
+from engram_pipelines.ingest.snapshot import take_snapshot
+from engram_pipelines.reports.explain import explain_memory
 from engram_pipelines.store import MemoryWrite, open_store
-from engram_pipelines.timestamps import end_of_day
 from tests.changes_helpers import intent, propose
 from tests.conftest import AS_OF, memory
 
@@ -296,7 +296,7 @@ def test_explain_tells_the_lifecycle(store, warehouse):
 
 def test_explain_finds_an_id_with_a_quote_under_a_path_with_an_apostrophe(store, tmp_path):
     from engram_pipelines.changes.registry import find_change_set
-    from engram_pipelines.warehouse import Warehouse
+    from engram_pipelines.warehouse.tables import Warehouse
 
     store.insert_memories([memory('say "hi"'), memory(2)])
     warehouse = Warehouse(tmp_path / "O'Brien's warehouse")
@@ -570,7 +570,7 @@ def test_a_row_edited_since_the_snapshot_is_never_archived_or_purged(store, ware
 
 
 def test_the_namespace_chart_shows_the_top_namespaces_and_the_rest_in_one_bar():
-    from engram_pipelines.plots import top_keys
+    from engram_pipelines.reports.plots import top_keys
 
     counts = {f"ns{i}": {"a": i, "b": 1} for i in range(30)}
     top = top_keys(counts, 5)
@@ -582,8 +582,8 @@ def test_the_namespace_chart_shows_the_top_namespaces_and_the_rest_in_one_bar():
 def test_reports_show_injected_content_and_namespaces_as_text():
     """Content once rendered as raw <script> tags, headings and javascript: links, and a namespace holding a
     pipe or a newline broke the report tables."""
-    from engram_pipelines import mdtext
-    from engram_pipelines.health import HealthReport
+    from engram_pipelines.core import mdtext
+    from engram_pipelines.reports.health import HealthReport
 
     hostile = "<script>alert(1)</script>\n# heading [click](javascript:alert(1)) | cell"
     shown = mdtext.inline(hostile)
@@ -638,7 +638,7 @@ def test_a_change_set_made_with_a_relative_warehouse_is_found_from_another_folde
     store, tmp_path, monkeypatch
 ):
     from engram_pipelines.changes.registry import find_change_set
-    from engram_pipelines.warehouse import Warehouse
+    from engram_pipelines.warehouse.tables import Warehouse
 
     store.insert_memories([memory(1)])
     (tmp_path / "run").mkdir()

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from engram_pipelines import records
 from engram_pipelines.changes.apply import apply_change_set
 from engram_pipelines.cli import main
+from engram_pipelines.core import records
 from engram_pipelines.store import open_store
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.tables import Warehouse
 from tests.changes_helpers import intent, propose
 from tests.conftest import T0, memory
 
@@ -225,7 +225,7 @@ def test_a_missing_migration_and_an_inverted_threshold_are_named(tmp_path, monke
 
 
 def test_preview_shows_what_tonight_would_do_and_writes_nothing(tmp_path):
-    from engram_pipelines.demo_loader import load_demo
+    from engram_pipelines.demo.loader import load_demo
     from tests.conftest import AS_OF
 
     url = f"sqlite:///{tmp_path}/engram.db"
@@ -258,7 +258,7 @@ def test_preview_shows_what_tonight_would_do_and_writes_nothing(tmp_path):
 def test_the_review_flow_after_a_nightly(tmp_path):
     """consolidate after a nightly names what waits, proposes no auto set of its own and leaves the nightly's
     tables for the day as they were; `changes list` shows what waits first; each run keeps its report."""
-    from engram_pipelines.demo_loader import load_demo
+    from engram_pipelines.demo.loader import load_demo
     from tests.conftest import AS_OF
 
     url = f"sqlite:///{tmp_path}/engram.db"
@@ -337,7 +337,7 @@ def test_bad_settings_are_refused_at_start_in_one_line(tmp_path, monkeypatch, te
 
 def test_a_second_run_on_a_busy_warehouse_stops_at_once_naming_the_first(tmp_path):
     """Two runs started together wrote the same partitions and both failed."""
-    from engram_pipelines.warehouse import run_lock
+    from engram_pipelines.warehouse.tables import run_lock
     from tests.conftest import AS_OF
 
     url = f"sqlite:///{tmp_path}/engram.db"

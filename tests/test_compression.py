@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from engram_pipelines.compression import (
+from engram_pipelines.analyses.knowledge.compression import (
     SUMMARY_MAX_CHARS,
     compression,
     eligible_rows,
@@ -16,8 +16,8 @@ from engram_pipelines.compression import (
     settled_clusters,
     summary_id_for,
 )
-from engram_pipelines.config import Config
-from engram_pipelines.semantic import coherent_clusters
+from engram_pipelines.analyses.knowledge.semantic import coherent_clusters
+from engram_pipelines.config.model import Config
 from tests.lifecycle_helpers import AS_OF
 from tests.test_semantic import World, axis, direction, episode, ops, params_of
 

@@ -7,9 +7,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from engram_pipelines.config import Config, ConfigError, load_config
-from engram_pipelines.contradiction_policy import find_contradictions
-from engram_pipelines.pairs import PAIR_SCHEMA
+from engram_pipelines.analyses.contradictions.policy import find_contradictions
+from engram_pipelines.config.model import Config, ConfigError, load_config
+from engram_pipelines.vectors.pairs import PAIR_SCHEMA
 from tests.lifecycle_helpers import days_ago, snapshot
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from engram_pipelines.contradictions import (
+from engram_pipelines.analyses.contradictions.detect import (
     DEFAULT_RULES_PATH,
     DETECT_COLUMNS,
     detect,
@@ -752,7 +752,7 @@ def test_rule_files_with_bare_yaml_booleans_or_missing_keys_are_refused(tmp_path
 
 
 def test_cached_features_equal_parsed_ones_and_a_second_night_parses_nothing(tmp_path: Path, monkeypatch):
-    from engram_pipelines import contradictions
+    from engram_pipelines.analyses.contradictions import detect as contradictions
 
     rules = load_rules()
     contents = [

@@ -7,8 +7,8 @@ import math
 import pytest
 import yaml
 
-from engram_pipelines.config import Config, ConfigError, load_config
-from engram_pipelines.decay import decay_intents, decay_scores
+from engram_pipelines.analyses.lifecycle.decay import decay_intents, decay_scores
+from engram_pipelines.config.model import Config, ConfigError, load_config
 from tests.lifecycle_helpers import AS_OF, days_ago, snapshot
 
 
@@ -176,7 +176,7 @@ def test_seed_environment_variables_override_the_file(tmp_path):
 def test_decay_preview_projects_without_writing(tmp_path):
     import datetime as dt
 
-    from engram_pipelines.decay_preview import preview_decay, score_distribution_png
+    from engram_pipelines.analyses.lifecycle.decay_preview import preview_decay, score_distribution_png
 
     rows = [
         {"created_at": days_ago(2), "access_count": 1, "last_accessed_at": days_ago(1)},
@@ -202,10 +202,10 @@ def test_decay_preview_projects_without_writing(tmp_path):
 def test_the_configuration_reference_is_current():
     from pathlib import Path
 
-    from engram_pipelines.config_reference import render
+    from engram_pipelines.config.reference import render
 
     committed = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
-    assert committed == render(), "run: .venv/bin/python -m engram_pipelines.config_reference"
+    assert committed == render(), "run: .venv/bin/python -m engram_pipelines.config.reference"
 
 
 # The cue cache: the same scores as computing every boost, reused across nights, never stale.
@@ -236,7 +236,7 @@ def _by_id(table):
     ],
 )
 def test_cue_cache_gives_the_uncached_scores_cold_and_warm(tmp_path, config):
-    from engram_pipelines.decay import CueCache
+    from engram_pipelines.analyses.lifecycle.decay import CueCache
 
     memories = snapshot(_CUE_ROWS)
     uncached = decay_scores(memories, config, AS_OF)
@@ -253,7 +253,7 @@ def test_cue_cache_is_used_and_recomputes_edited_contents(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from engram_pipelines.decay import CueCache
+    from engram_pipelines.analyses.lifecycle.decay import CueCache
 
     cache = CueCache(tmp_path / "cues")
     memories = snapshot(_CUE_ROWS[:3])
@@ -274,7 +274,7 @@ def test_cue_cache_is_used_and_recomputes_edited_contents(tmp_path):
 
 
 def test_cue_cache_a_changed_cue_config_recomputes(tmp_path):
-    from engram_pipelines.decay import CueCache
+    from engram_pipelines.analyses.lifecycle.decay import CueCache
 
     cache = CueCache(tmp_path / "cues")
     memories = snapshot([{"content": "a plain note about tulips"}])
@@ -286,7 +286,7 @@ def test_cue_cache_a_changed_cue_config_recomputes(tmp_path):
 
 
 def test_cue_cache_compacts_dead_entries(tmp_path):
-    from engram_pipelines.decay import CueCache
+    from engram_pipelines.analyses.lifecycle.decay import CueCache
 
     cache = CueCache(tmp_path / "cues")
     cache.MAX_PARTS = 3
@@ -303,7 +303,7 @@ def test_cue_cache_entries_held_twice_change_nothing(tmp_path):
 
     import pyarrow.parquet as pq
 
-    from engram_pipelines.decay import CueCache
+    from engram_pipelines.analyses.lifecycle.decay import CueCache
 
     cache = CueCache(tmp_path / "cues")
     memories = snapshot(_CUE_ROWS)
@@ -321,7 +321,7 @@ def test_cue_cache_entries_held_twice_change_nothing(tmp_path):
 def test_inline_bars_stay_under_the_ui_s_inline_limit_and_scale_to_the_largest():
     import numpy as np
 
-    from engram_pipelines.plots import INLINE_LIMIT, inline_bars, score_bands
+    from engram_pipelines.reports.plots import INLINE_LIMIT, inline_bars, score_bands
 
     table = inline_bars({f"op_{i}": 1000 - i * 70 for i in range(14)}, width=10)
     rows = table.splitlines()

@@ -13,9 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from engram_pipelines import demo_corpus, records
-from engram_pipelines.demo_corpus import DemoCorpus, generate, parse_note, write_jsonl
-from engram_pipelines.timestamps import end_of_day
+from engram_pipelines.core import records
+from engram_pipelines.core.timestamps import end_of_day
+from engram_pipelines.demo import corpus as demo_corpus
+from engram_pipelines.demo.corpus import DemoCorpus, generate, parse_note, write_jsonl
 
 AS_OF = dt.date(2026, 11, 29)
 # Relational and copular forms a structural contradiction join parses; background text must avoid them.

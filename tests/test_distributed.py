@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from engram_pipelines.config import ExecutionConfig
-from engram_pipelines.demo_loader import load_demo
+from engram_pipelines.config.model import ExecutionConfig
+from engram_pipelines.demo.loader import load_demo
 from engram_pipelines.orchestration.runner import execute_job
-from engram_pipelines.shards import namespaces_in_shard, shard_of
 from engram_pipelines.store import open_store
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.shards import namespaces_in_shard, shard_of
+from engram_pipelines.warehouse.tables import Warehouse
 from tests.conftest import AS_OF
 
 

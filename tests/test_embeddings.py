@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 import pytest
 
 from engram_pipelines.changes import intents
-from engram_pipelines.embeddings import (
+from engram_pipelines.vectors.comparable import partition_vectors
+from engram_pipelines.vectors.embeddings import (
     Embedder,
     EmbedderError,
     MiniLMEmbedder,
@@ -25,7 +26,6 @@ from engram_pipelines.embeddings import (
     load_embedder,
     needs_embedding,
 )
-from engram_pipelines.vectors import partition_vectors
 
 # -- test doubles and plug-ins (they live here, never in the package) ---------------------------------------
 

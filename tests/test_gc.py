@@ -6,7 +6,7 @@ import datetime as dt
 
 import pyarrow as pa
 
-from engram_pipelines.gc import garbage_links
+from engram_pipelines.analyses.links.gc import garbage_links
 from tests.lifecycle_helpers import AS_OF, days_ago
 from tests.test_semantic import World, link, ops
 
@@ -104,17 +104,17 @@ def test_the_same_input_gives_the_same_output():
 
 
 def test_the_five_analyses_compose_into_change_sets_that_hold_the_invariants():
-    from engram_pipelines.associations import associations
+    from engram_pipelines.analyses.knowledge.compression import compression
+    from engram_pipelines.analyses.knowledge.semantic import semantic_extraction
+    from engram_pipelines.analyses.links.associations import associations
+    from engram_pipelines.analyses.links.temporal import temporal_edges
     from engram_pipelines.changes.compose import compose
     from engram_pipelines.changes.invariants import (
         crosses_namespace,
         destructive_on_pinned,
         several_writes_per_row,
     )
-    from engram_pipelines.compression import compression
-    from engram_pipelines.config import Config
-    from engram_pipelines.semantic import semantic_extraction
-    from engram_pipelines.temporal import temporal_edges
+    from engram_pipelines.config.model import Config
     from tests.test_semantic import axis, direction, episode
 
     rows = [episode(f"e{i}", direction(4.0 * i), f"c{i}", importance=0.2, score=0.1) for i in range(3)]

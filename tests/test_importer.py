@@ -1,4 +1,4 @@
-"""Tests of the JSON Lines import parser (engram_pipelines.importer)."""
+"""Tests of the JSON Lines import parser (engram_pipelines.ingest.parse)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from engram_pipelines import records
-from engram_pipelines.importer import (
+from engram_pipelines.core import records
+from engram_pipelines.ingest.parse import (
     DEFAULT_EMBEDDING_MODEL,
     LINE_FIELD,
     ParseResult,
@@ -775,7 +775,7 @@ def test_write_rejects_replaces_or_appends(tmp_path: Path) -> None:
 def test_metadata_deeper_than_the_change_sets_can_carry_is_rejected(tmp_path: Path) -> None:
     """Import and snapshot share one limit (`jsontext.MAX_DEPTH`): 200 levels passed import, then failed the
     night's change-set step, where orjson writes at most 254."""
-    from engram_pipelines import jsontext
+    from engram_pipelines.core import jsontext
 
     deep = "[" * 200 + "]" * 200
     fine = "[" * 100 + "]" * 100

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from engram_pipelines import jsontext, records
 from engram_pipelines.changes.apply import apply_change_set
 from engram_pipelines.changes.revert import RevertResult, _revert_entries, revert_change_set
+from engram_pipelines.core import jsontext, records
+from engram_pipelines.core.timestamps import end_of_day, format_timestamp
 from engram_pipelines.store import LinkWrite, Outcome, Store, open_store
 from engram_pipelines.store import base as store_base
-from engram_pipelines.timestamps import end_of_day, format_timestamp
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.tables import Warehouse
 from tests.changes_helpers import intent, propose
 from tests.conftest import AS_OF, T0, memory
 

@@ -8,16 +8,16 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from engram_pipelines.clusters import band_pairs, star_clusters
-from engram_pipelines.containment import (
+from engram_pipelines.analyses.merges.clusters import band_pairs, star_clusters
+from engram_pipelines.analyses.merges.collapse import collapse_duplicates, consolidate
+from engram_pipelines.analyses.merges.containment import (
     DEFAULT_MIN_COVERAGE,
     contained_sql,
     containment_features,
     is_contained,
 )
-from engram_pipelines.merges import collapse_duplicates, consolidate
-from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, vector_pairs
-from engram_pipelines.vectors import vector_schema
+from engram_pipelines.vectors.comparable import vector_schema
+from engram_pipelines.vectors.pairs import PAIR_SCHEMA, exact_content_pairs, vector_pairs
 from tests.lifecycle_helpers import AS_OF, days_ago, snapshot
 
 

@@ -10,7 +10,7 @@ import pytest
 from engram_pipelines.orchestration.definitions import build_definitions
 from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.tables import Warehouse
 from tests.conftest import memory
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_pipelines.demo_loader import load_demo
+from engram_pipelines.demo.loader import load_demo
 from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store
 from tests.conftest import AS_OF
@@ -112,7 +112,7 @@ def test_a_second_consolidate_on_the_applied_store_proposes_nothing(demo_store, 
 
 
 def test_planted_patterns_become_semantic_nodes_and_the_report_shows_it(demo_store, tmp_path: Path):
-    from engram_pipelines.demo_corpus import generate
+    from engram_pipelines.demo.corpus import generate
 
     result = execute_job("nightly", AS_OF, store=demo_store, warehouse=str(tmp_path / "wh"), config_path=None)
     assert result["success"]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from engram_pipelines import records
-from engram_pipelines.config import Config
-from engram_pipelines.decay import decay_scores
-from engram_pipelines.promotion import promotion_intents, promotions
-from engram_pipelines.retention import retention_intents, retention_moves
-from engram_pipelines.timestamps import format_timestamp
+from engram_pipelines.analyses.lifecycle.decay import decay_scores
+from engram_pipelines.analyses.lifecycle.promotion import promotion_intents, promotions
+from engram_pipelines.analyses.lifecycle.retention import retention_intents, retention_moves
+from engram_pipelines.config.model import Config
+from engram_pipelines.core import records
+from engram_pipelines.core.timestamps import format_timestamp
 from tests.lifecycle_helpers import AS_OF, days_ago, snapshot
 
 

@@ -6,7 +6,7 @@ import datetime as dt
 import re
 from pathlib import Path
 
-from engram_pipelines.demo_loader import load_demo
+from engram_pipelines.demo.loader import load_demo
 from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from engram_pipelines.demo_loader import load_demo
+from engram_pipelines.demo.loader import load_demo
 from engram_pipelines.orchestration.definitions import build_definitions
 from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store

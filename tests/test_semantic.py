@@ -13,19 +13,19 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from engram_pipelines import records
-from engram_pipelines.changes.compose import compose
-from engram_pipelines.config import Config
-from engram_pipelines.knowledge import carries_knowledge
-from engram_pipelines.pairs import vector_pairs
-from engram_pipelines.semantic import (
+from engram_pipelines.analyses.knowledge.chitchat import carries_knowledge
+from engram_pipelines.analyses.knowledge.semantic import (
     NodeState,
     coherent_clusters,
     node_id_for,
     semantic_extraction,
 )
-from engram_pipelines.timestamps import format_timestamp, parse_timestamp
-from engram_pipelines.vectors import vector_schema
+from engram_pipelines.changes.compose import compose
+from engram_pipelines.config.model import Config
+from engram_pipelines.core import records
+from engram_pipelines.core.timestamps import format_timestamp, parse_timestamp
+from engram_pipelines.vectors.comparable import vector_schema
+from engram_pipelines.vectors.pairs import vector_pairs
 from tests.lifecycle_helpers import AS_OF, days_ago, snapshot
 
 DIM = 8

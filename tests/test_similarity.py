@@ -6,9 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from engram_pipelines import similarity
-from engram_pipelines.similarity import PairResult, pairs_per_row_loop, similar_pairs
-from engram_pipelines.vectors import vector_schema
+from engram_pipelines.vectors import similarity
+from engram_pipelines.vectors.comparable import vector_schema
+from engram_pipelines.vectors.similarity import PairResult, pairs_per_row_loop, similar_pairs
 from tests.conftest import ProgressRecorder
 
 DIM = 32
@@ -217,8 +217,8 @@ def _vector_table(groups: dict[str, np.ndarray]) -> pa.Table:
 
 
 def test_cached_pairs_recompute_only_the_namespaces_whose_vectors_changed(tmp_path, monkeypatch) -> None:
-    from engram_pipelines import pair_cache
-    from engram_pipelines.pairs import vector_pairs
+    from engram_pipelines.vectors import pair_cache
+    from engram_pipelines.vectors.pairs import vector_pairs
 
     a, b = clustered(60, 4, seed=1, dim=16), clustered(60, 4, seed=2, dim=16)
     first = pair_cache.cached_vector_pairs(

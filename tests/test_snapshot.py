@@ -9,11 +9,12 @@ import pandera.pandas as pandera
 import pyarrow as pa
 import pytest
 
-from engram_pipelines import jsontext, schemas
-from engram_pipelines.records import memory_schema
-from engram_pipelines.snapshot import take_snapshot
+from engram_pipelines.core import jsontext
+from engram_pipelines.core.records import memory_schema
+from engram_pipelines.ingest.snapshot import take_snapshot
 from engram_pipelines.store import open_store
 from engram_pipelines.store import sqlite as sqlite_store
+from engram_pipelines.warehouse import schemas
 from tests.conftest import AS_OF, ProgressRecorder, memory
 
 # What a writer that does not go through the adapter can leave in a SQLite store past its CHECK constraints.
@@ -91,7 +92,7 @@ def test_vectors_of_another_size_are_dropped_not_the_rows_and_the_night_embeds_t
     """A store of 1536-d vectors (mem0's) quarantined every row and stopped the night: now each row proceeds
     without its vector, counted, and the nightly embeds its text with the configured model."""
     from engram_pipelines.orchestration.runner import execute_job
-    from engram_pipelines.warehouse import Warehouse
+    from engram_pipelines.warehouse.tables import Warehouse
 
     wide = [memory(i, embedding=np.ones(1536), embedding_model="text-embedding-3-small") for i in range(6)]
     store.insert_memories([*wide, memory(6)])

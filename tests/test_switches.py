@@ -11,11 +11,11 @@ import pytest
 
 from engram_pipelines.changes.compose import INTENT_SCHEMA
 from engram_pipelines.changes.registry import load_change_set
-from engram_pipelines.config import ConfigError, load_config
-from engram_pipelines.demo_loader import load_demo
+from engram_pipelines.config.model import ConfigError, load_config
+from engram_pipelines.config.switches import applied_tonight, switched_intents
+from engram_pipelines.demo.loader import load_demo
 from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store
-from engram_pipelines.switches import applied_tonight, switched_intents
 from tests.conftest import AS_OF
 
 SWITCHES = """

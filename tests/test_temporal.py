@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from engram_pipelines.config import Config
-from engram_pipelines.temporal import temporal_edges
+from engram_pipelines.analyses.links.temporal import temporal_edges
+from engram_pipelines.config.model import Config
 from tests.lifecycle_helpers import AS_OF, days_ago
 from tests.test_semantic import World, link, ops, params_of
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from engram_pipelines.testing_postgres import ENV_URL, PostgresServer
+from engram_pipelines.testing.postgres import ENV_URL, PostgresServer
 
 pytestmark = pytest.mark.postgres
 
@@ -143,7 +143,7 @@ def test_stop_leaves_no_process_and_no_data_dir() -> None:
 @needs_local_server
 def test_server_left_running_is_stopped_at_interpreter_exit(tmp_path: Path) -> None:
     script = (
-        "from engram_pipelines.testing_postgres import PostgresServer\n"
+        "from engram_pipelines.testing.postgres import PostgresServer\n"
         "server = PostgresServer()\n"
         "server.start()\n"
         "print(server.data_dir, server.pid, flush=True)\n"

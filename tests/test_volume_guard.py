@@ -13,11 +13,11 @@ from engram_pipelines.changes.compose import INTENT_SCHEMA
 from engram_pipelines.changes.guard import hold_for_review
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.changes.revert import approve_change_set
-from engram_pipelines.config import ReviewConfig
-from engram_pipelines.importing import import_jsonl
+from engram_pipelines.config.model import ReviewConfig
+from engram_pipelines.ingest.load import import_jsonl
 from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.tables import Warehouse
 
 HISTORY = Path(__file__).parent / "data" / "two_users_90_days.jsonl"
 AS_OF = dt.date(2026, 11, 29)

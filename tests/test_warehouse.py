@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engram_pipelines.warehouse import Warehouse, read_parquet
+from engram_pipelines.warehouse.tables import Warehouse, read_parquet
 
 
 def test_vectors_are_written_plain_and_everything_else_with_zstd(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_pipelines.demo_loader import load_demo
+from engram_pipelines.demo.loader import load_demo
 from engram_pipelines.store import open_store
 from tests.conftest import AS_OF
 

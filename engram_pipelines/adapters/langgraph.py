@@ -34,8 +34,8 @@ from engram_pipelines.adapters.sync import (
     import_new,
     last_deletion,
 )
+from engram_pipelines.core.timestamps import format_timestamp
 from engram_pipelines.store import Store
-from engram_pipelines.timestamps import format_timestamp
 
 TARGET_KIND = "langgraph"  # the audit's target kind (and change set `langgraph-push`) of the adapter's writes
 TEXT_FIELDS = ("content", "text", "memory", "data")

@@ -39,7 +39,7 @@ from engram_pipelines.adapters.sync import (
     import_new,
     last_deletion,
 )
-from engram_pipelines.mem0_format import from_mem0
+from engram_pipelines.ingest.mem0_format import from_mem0
 from engram_pipelines.store import Store
 
 TARGET_KIND = "mem0"  # the audit's target kind (and change set `mem0-push`) of the adapter's writes

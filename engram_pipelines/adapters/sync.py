@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from engram_pipelines.changes.revert import RestoreError
-from engram_pipelines.importing import import_jsonl
+from engram_pipelines.ingest.load import import_jsonl
 from engram_pipelines.store import Store, StoreError, redact
 
 

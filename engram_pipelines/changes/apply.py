@@ -24,7 +24,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines import jsontext
 from engram_pipelines.changes.compose import REVIEWED_CLASSES
 from engram_pipelines.changes.intents import (
     Ineligible,
@@ -36,9 +35,10 @@ from engram_pipelines.changes.intents import (
     hides,
 )
 from engram_pipelines.changes.registry import find_change_set, read_changes, verify_change_set
-from engram_pipelines.progress import Progress, SilentProgress
+from engram_pipelines.core import jsontext
+from engram_pipelines.core.progress import Progress, SilentProgress
+from engram_pipelines.core.timestamps import end_of_day, utc_now
 from engram_pipelines.store import ChangeSetRecord, Guard, LinkWrite, MemoryWrite, Outcome, Store
-from engram_pipelines.timestamps import end_of_day, utc_now
 
 OUTCOMES = ("applied", "skipped_concurrent_edit", "ineligible")
 

@@ -16,7 +16,6 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines import jsontext, records
 from engram_pipelines.changes.fold_sql import SQL_TARGETS_SCHEMA, fold_in_sql, sql_fold_targets
 from engram_pipelines.changes.intents import (
     ALL_OPS,
@@ -27,6 +26,7 @@ from engram_pipelines.changes.intents import (
     fold,
     select_intents,
 )
+from engram_pipelines.core import jsontext, records
 
 # `auto` is applied by the nightly; `gated` (merges, compression, supersede) and `held` (what the volume guard
 # held back: `guard.py`) wait for `approve`. Held changes are a set of their own, so approving the night's merges

@@ -18,8 +18,8 @@ import duckdb
 import pyarrow as pa
 
 from engram_pipelines.changes.intents import OP_ORDER
-from engram_pipelines.sqltext import quoted
-from engram_pipelines.timestamps import format_timestamp
+from engram_pipelines.core.sqltext import quoted
+from engram_pipelines.core.timestamps import format_timestamp
 
 # Ops this fold handles, in fold order: each sets plain columns and replaces (or removes) whole top-level
 # metadata keys. Not the ones that point at other rows or accumulate into lists.

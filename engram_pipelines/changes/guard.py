@@ -16,7 +16,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from engram_pipelines.config import ReviewConfig
+from engram_pipelines.config.model import ReviewConfig
 
 HIDING = """(i.op IN ('supersede', 'purge')
     OR (i.op = 'move_zone' AND json_extract_string(i.params, '$.to') IN ('archived', 'purge_queue')))"""

@@ -20,7 +20,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from engram_pipelines.timestamps import format_timestamp
+from engram_pipelines.core.timestamps import format_timestamp
 
 # Ops on an existing memory, in the order they fold.
 OP_ORDER = (

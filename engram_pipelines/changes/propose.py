@@ -10,11 +10,11 @@ import pyarrow.compute as pc
 from engram_pipelines.changes.compose import INTENT_SCHEMA, SNAPSHOT_COLUMNS, compose
 from engram_pipelines.changes.guard import hold_for_review
 from engram_pipelines.changes.registry import store_change_set
-from engram_pipelines.config import Config
+from engram_pipelines.config.model import Config
+from engram_pipelines.config.switches import switched_intents
+from engram_pipelines.core.timestamps import end_of_day, utc_now
 from engram_pipelines.store import ChangeSetRecord, Store
-from engram_pipelines.switches import switched_intents
-from engram_pipelines.timestamps import end_of_day, utc_now
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.tables import Warehouse
 
 
 def propose_change_sets(

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from engram_pipelines.changes.compose import CHANGE_SCHEMA, altered_changes, change_set_id_of
 from engram_pipelines.store import ChangeSetRecord, Store
-from engram_pipelines.warehouse import Warehouse, write_parquet
+from engram_pipelines.warehouse.tables import Warehouse, write_parquet
 
 
 class ChangeSetNotFound(LookupError):

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from engram_pipelines.changes.registry import find_change_set, registered_change_set, verify_change_set
-from engram_pipelines.records import WRITABLE_COLUMNS
+from engram_pipelines.core.records import WRITABLE_COLUMNS
+from engram_pipelines.core.timestamps import format_timestamp, utc_now
 from engram_pipelines.store import LinkRevert, MemoryWrite, Outcome, Store
-from engram_pipelines.timestamps import format_timestamp, utc_now
 
 
 class RestoreError(LookupError):

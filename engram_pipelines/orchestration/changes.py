@@ -3,7 +3,6 @@
 import dagster as dg
 import pyarrow as pa
 
-from engram_pipelines import records
 from engram_pipelines.changes.apply import apply_change_set
 from engram_pipelines.changes.compose import CHANGE_SCHEMA
 from engram_pipelines.changes.invariants import (
@@ -19,7 +18,9 @@ from engram_pipelines.changes.registry import (
     registered_change_set,
 )
 from engram_pipelines.changes.revert import approve_change_set
-from engram_pipelines.config import ANALYSES
+from engram_pipelines.config.model import ANALYSES
+from engram_pipelines.core import records
+from engram_pipelines.core.progress import LogProgress
 from engram_pipelines.orchestration.metadata import (
     Lineage,
     column_lineage,
@@ -29,9 +30,8 @@ from engram_pipelines.orchestration.metadata import (
 )
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
-from engram_pipelines.plots import changes_by_op, inline_bars, markdown_image, top_keys
-from engram_pipelines.progress import LogProgress
-from engram_pipelines.review import write_review_page
+from engram_pipelines.reports.plots import changes_by_op, inline_bars, markdown_image, top_keys
+from engram_pipelines.reports.review import write_review_page
 
 # The analyses whose proposals the change set gathers; each is an asset of the same name.
 ANALYSIS_SOURCES: list[str] = list(ANALYSES)

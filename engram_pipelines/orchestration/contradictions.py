@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from engram_pipelines.contradiction_policy import CONTRADICTION_SCHEMA, find_contradictions
+from engram_pipelines.analyses.contradictions.policy import CONTRADICTION_SCHEMA, find_contradictions
 from engram_pipelines.orchestration.metadata import Lineage, column_lineage, sample_markdown, standard
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource

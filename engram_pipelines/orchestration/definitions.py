@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from engram_pipelines.config import ANALYSES, Config, load_config, store_url, warehouse_path
+from engram_pipelines.config.model import ANALYSES, Config, load_config, store_url, warehouse_path
+from engram_pipelines.config.switches import describe
 from engram_pipelines.orchestration import (
     changes,
     contradictions,
@@ -31,7 +32,6 @@ from engram_pipelines.orchestration.jobs import (
 from engram_pipelines.orchestration.partitions import daily_from, first_as_of_day, with_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.orchestration.review import review_job
-from engram_pipelines.switches import describe
 
 Setting = str | dg.EnvVar | None
 

@@ -19,7 +19,7 @@ from dagster._core.execution.plan.plan import ExecutionPlan
 from dagster._utils import iterate_with_context
 from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements, query_on_dask_worker
 
-from engram_pipelines.config import ExecutionConfig
+from engram_pipelines.config.model import ExecutionConfig
 
 
 class _Sealed:

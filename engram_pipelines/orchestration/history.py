@@ -5,15 +5,15 @@ import datetime as dt
 import dagster as dg
 import pyarrow as pa
 
-from engram_pipelines.embeddings import load_embedder
-from engram_pipelines.history import backfill
+from engram_pipelines.core.progress import LogProgress
+from engram_pipelines.core.records import LINK_SCHEMA, memory_schema
+from engram_pipelines.night.backfill import backfill
 from engram_pipelines.orchestration.partitions import as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
-from engram_pipelines.pairs import exact_content_pairs, merged_pairs, vector_pairs
-from engram_pipelines.progress import LogProgress
-from engram_pipelines.records import LINK_SCHEMA, memory_schema
-from engram_pipelines.vectors import partition_vectors
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.vectors.comparable import partition_vectors
+from engram_pipelines.vectors.embeddings import load_embedder
+from engram_pipelines.vectors.pairs import exact_content_pairs, merged_pairs, vector_pairs
+from engram_pipelines.warehouse.tables import Warehouse
 
 
 @dg.asset(

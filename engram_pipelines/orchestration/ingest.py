@@ -2,13 +2,13 @@
 
 import dagster as dg
 
-from engram_pipelines import records
 from engram_pipelines.changes.apply import resume_interrupted
+from engram_pipelines.core import records
+from engram_pipelines.core.progress import LogProgress
+from engram_pipelines.ingest.snapshot import take_snapshot, vectors_dropped_message
 from engram_pipelines.orchestration.metadata import sample_markdown, standard
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
-from engram_pipelines.progress import LogProgress
-from engram_pipelines.snapshot import take_snapshot, vectors_dropped_message
 
 
 @dg.asset(

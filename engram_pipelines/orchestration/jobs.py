@@ -6,7 +6,7 @@ import datetime as dt
 
 import dagster as dg
 
-from engram_pipelines.config import Config
+from engram_pipelines.config.model import Config
 
 nightly_job = dg.define_asset_job(
     name="nightly",

@@ -4,9 +4,14 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.associations import ASSOCIATION_SCHEMA, associations
-from engram_pipelines.compression import COMPRESSION_SCHEMA, compression
-from engram_pipelines.gc import GC_SCHEMA, garbage_links
+from engram_pipelines.analyses.knowledge.compression import COMPRESSION_SCHEMA, compression
+from engram_pipelines.analyses.knowledge.semantic import SEMANTIC_SCHEMA, semantic_extraction
+from engram_pipelines.analyses.links.associations import ASSOCIATION_SCHEMA, associations
+from engram_pipelines.analyses.links.gc import GC_SCHEMA, garbage_links
+from engram_pipelines.analyses.links.temporal import TEMPORAL_SCHEMA, temporal_edges
+from engram_pipelines.analyses.projection import project_auto_transitions
+from engram_pipelines.config.switches import applied_tonight
+from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.orchestration.metadata import (
     Lineage,
     column_lineage,
@@ -16,12 +21,7 @@ from engram_pipelines.orchestration.metadata import (
 )
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
-from engram_pipelines.projection import project_auto_transitions
-from engram_pipelines.semantic import SEMANTIC_SCHEMA, semantic_extraction
-from engram_pipelines.switches import applied_tonight
-from engram_pipelines.temporal import TEMPORAL_SCHEMA, temporal_edges
-from engram_pipelines.timestamps import end_of_day
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.tables import Warehouse
 
 _COMMON = {
     "partitions_def": as_of_partitions,

@@ -3,7 +3,10 @@
 import dagster as dg
 import pyarrow.compute as pc
 
-from engram_pipelines.decay import DECAY_SCHEMA, CueCache, decay_intents, decay_scores
+from engram_pipelines.analyses.lifecycle.decay import DECAY_SCHEMA, CueCache, decay_intents, decay_scores
+from engram_pipelines.analyses.lifecycle.promotion import PROMOTION_SCHEMA, promotion_intents, promotions
+from engram_pipelines.analyses.lifecycle.retention import RETENTION_SCHEMA, retention_intents, retention_moves
+from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.orchestration.metadata import (
     Lineage,
     column_lineage,
@@ -14,10 +17,7 @@ from engram_pipelines.orchestration.metadata import (
 )
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
-from engram_pipelines.plots import inline_bars, markdown_image, score_bands, score_histogram
-from engram_pipelines.promotion import PROMOTION_SCHEMA, promotion_intents, promotions
-from engram_pipelines.retention import RETENTION_SCHEMA, retention_intents, retention_moves
-from engram_pipelines.timestamps import end_of_day
+from engram_pipelines.reports.plots import inline_bars, markdown_image, score_bands, score_histogram
 
 _LIFECYCLE_COLUMNS = [
     "id",
@@ -290,7 +290,11 @@ def decay_preview(
 ) -> dg.MaterializeResult:
     import datetime as dt
 
-    from engram_pipelines.decay_preview import FALLING_OFF_SCHEMA, preview_decay, score_distribution_png
+    from engram_pipelines.analyses.lifecycle.decay_preview import (
+        FALLING_OFF_SCHEMA,
+        preview_decay,
+        score_distribution_png,
+    )
 
     settings = engram_config.load()
     as_of = as_of_date(context)

@@ -8,7 +8,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines import mdtext
+from engram_pipelines.core import mdtext
 
 _ARROW_TO_TYPE = {
     "string": "string",

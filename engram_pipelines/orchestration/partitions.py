@@ -12,7 +12,7 @@ import logging
 
 import dagster as dg
 
-from engram_pipelines.config import Config
+from engram_pipelines.config.model import Config
 from engram_pipelines.store import MigrationRequired, StoreError, open_store
 
 _log = logging.getLogger(__name__)

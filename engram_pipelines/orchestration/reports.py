@@ -3,10 +3,10 @@
 import dagster as dg
 
 from engram_pipelines.changes.registry import registered_change_set
-from engram_pipelines.health import COUNTED_COLUMNS, HealthReport, live_counts, snapshot_counts
 from engram_pipelines.orchestration.changes import _job, applied_changes
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import StoreResource, WarehouseResource
+from engram_pipelines.reports.health import COUNTED_COLUMNS, HealthReport, live_counts, snapshot_counts
 
 
 @dg.asset(

@@ -9,9 +9,9 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
-from engram_pipelines.config import Config, load_config
+from engram_pipelines.config.model import Config, load_config
 from engram_pipelines.store import Store, open_store
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.tables import Warehouse
 
 
 class StoreResource(dg.ConfigurableResource):

@@ -12,8 +12,8 @@ import dagster as dg
 from pydantic import Field
 
 from engram_pipelines import api
+from engram_pipelines.core.progress import LogProgress
 from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
-from engram_pipelines.progress import LogProgress
 
 Action = Literal["approve_and_apply", "approve", "apply", "revert"]
 

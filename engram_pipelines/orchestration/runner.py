@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engram_pipelines.warehouse import run_lock
+from engram_pipelines.warehouse.tables import run_lock
 
 DEFINITIONS_MODULE = "engram_pipelines.orchestration.definitions"
 

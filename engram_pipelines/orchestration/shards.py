@@ -3,7 +3,7 @@
 Namespaces never share a pair or a cluster, so an analysis over all of them is the union of its runs over the
 shards. The shard steps are independent, so the executor runs them at once: local processes (`multiprocess`)
 or Dask workers (`dask`). Each writes its part under <warehouse>/shards/; the combine step reads the parts back,
-writes the asset's table and reports its metadata. The shards are a static set (engram_pipelines/shards.py).
+writes the asset's table and reports its metadata. The shards are a static set (engram_pipelines/warehouse/shards.py).
 """
 
 import datetime as dt
@@ -12,9 +12,9 @@ from typing import Any
 
 import dagster as dg
 
-from engram_pipelines.config import Config
+from engram_pipelines.config.model import Config
 from engram_pipelines.orchestration.partitions import as_of_date
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.warehouse.tables import Warehouse
 
 # (context, warehouse, config, as_of, shard, shards): compute one shard and write its part.
 ShardStep = Callable[[dg.OpExecutionContext, Warehouse, Config, dt.date, int, int], None]

@@ -9,10 +9,11 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engram_pipelines.clusters import CLUSTER_SCHEMA, MERGE_COLUMNS, clusters_table
-from engram_pipelines.config import Config
-from engram_pipelines.embeddings import load_embedder
-from engram_pipelines.night import consolidation_for_day, duplicates_for_day
+from engram_pipelines.analyses.merges.clusters import CLUSTER_SCHEMA, MERGE_COLUMNS, clusters_table
+from engram_pipelines.config.model import Config
+from engram_pipelines.core.progress import LogProgress
+from engram_pipelines.core.timestamps import end_of_day
+from engram_pipelines.night.wiring import consolidation_for_day, duplicates_for_day
 from engram_pipelines.orchestration.metadata import (
     Lineage,
     column_lineage,
@@ -23,13 +24,12 @@ from engram_pipelines.orchestration.metadata import (
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.orchestration.shards import combine_op, shard_ops
-from engram_pipelines.pair_cache import cached_vector_pairs
-from engram_pipelines.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs
-from engram_pipelines.plots import cluster_sizes, markdown_image, similarity_histogram
-from engram_pipelines.progress import LogProgress
-from engram_pipelines.timestamps import end_of_day
-from engram_pipelines.vectors import VECTOR_INPUT_COLUMNS, partition_vectors
-from engram_pipelines.warehouse import Warehouse
+from engram_pipelines.reports.plots import cluster_sizes, markdown_image, similarity_histogram
+from engram_pipelines.vectors.comparable import VECTOR_INPUT_COLUMNS, partition_vectors
+from engram_pipelines.vectors.embeddings import load_embedder
+from engram_pipelines.vectors.pair_cache import cached_vector_pairs
+from engram_pipelines.vectors.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs
+from engram_pipelines.warehouse.tables import Warehouse
 
 # A stored vector is used while it is current (its embedded_content_sha matches the content); otherwise the
 # content is embedded, and the model and source say which happened.

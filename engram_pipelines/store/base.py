@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from engram_pipelines import jsontext, records
-from engram_pipelines.progress import Progress
+from engram_pipelines.core import jsontext, records
+from engram_pipelines.core.progress import Progress
+from engram_pipelines.core.timestamps import format_timestamp, utc_now
 from engram_pipelines.store.migrations import CARRIED_BY_A_NODE, LATEST_VERSION, MIGRATIONS, Dialect
-from engram_pipelines.timestamps import format_timestamp, utc_now
 
 
 class StoreError(RuntimeError):
@@ -1249,6 +1249,6 @@ def _distinct_key_groups(writes: Sequence[LinkWrite]) -> Iterator[list[LinkWrite
 
 
 def _parse_ts(text: str) -> dt.datetime:
-    from engram_pipelines.timestamps import parse_timestamp
+    from engram_pipelines.core.timestamps import parse_timestamp
 
     return parse_timestamp(text)

@@ -22,8 +22,8 @@ from psycopg.adapt import Dumper, Loader
 from psycopg.pq import Format
 from psycopg.types import TypeInfo
 
-from engram_pipelines import records
-from engram_pipelines.progress import Progress
+from engram_pipelines.core import records
+from engram_pipelines.core.progress import Progress
 from engram_pipelines.store.base import JSON_COLUMNS, Store, StoreBusy, StoreError, embedding_array
 
 _BATCH_TYPES = {
@@ -281,7 +281,7 @@ class PostgresStore(Store):
         if column in JSON_COLUMNS:
             return value if isinstance(value, str) else json.dumps(value, sort_keys=column == "metadata")
         if isinstance(value, str) and (column.endswith("_at") or column == "zone_since"):
-            from engram_pipelines.timestamps import parse_timestamp
+            from engram_pipelines.core.timestamps import parse_timestamp
 
             return parse_timestamp(value)
         if isinstance(value, np.generic):

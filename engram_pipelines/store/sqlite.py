@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from engram_pipelines import records
-from engram_pipelines.progress import Progress
-from engram_pipelines.schemas import with_row_problems
+from engram_pipelines.core import records
+from engram_pipelines.core.progress import Progress
+from engram_pipelines.core.timestamps import format_timestamp, parse_timestamp
 from engram_pipelines.store.base import (
     BOOL_COLUMNS,
     JSON_COLUMNS,
@@ -35,7 +35,7 @@ from engram_pipelines.store.base import (
     StoreError,
     embedding_array,
 )
-from engram_pipelines.timestamps import format_timestamp, parse_timestamp
+from engram_pipelines.warehouse.schemas import with_row_problems
 
 BUSY_TIMEOUT_MS = 10_000
 APPLY_WAL_PAGES = 65_536  # 256 MB of WAL between checkpoints during an apply

@@ -1,0 +1,213 @@
+"""Contradictions of one partition: candidates from three sources, the rules, and the policy's intents.
+
+Candidates: similar pairs in the contradiction band [contradiction_threshold, contradiction_threshold_max);
+the structural join on (namespace, subject, relation) with differing values, whatever the cosine (a real
+sentence model puts "Alice lives in Paris" vs "... Berlin" at 0.77, below the band); and explicit
+`metadata.contradicts` links. The rules (engram_pipelines.analyses.contradictions.detect, word lists in YAML) confirm them.
+
+Policy `flag` (default, auto): both rows get `contradictionWith`, the reason and the time, and a `contradicts`
+link; both stay visible. Policy `supersede` (gated): the older row is superseded by the newer one and leaves
+default recall; the newer row is not marked. Only transitions: a pair already flagged both ways, or an older
+row already superseded, proposes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engram_pipelines.analyses.contradictions.detect import (
+    RuleBook,
+    cached_memory_features,
+    detect,
+    explicit_candidates,
+    load_rules,
+    memory_features,
+    structural_candidates,
+)
+from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
+from engram_pipelines.config.model import Config
+
+CONTRADICTION_SCHEMA = pa.schema(
+    [
+        pa.field("namespace", pa.string(), nullable=False),
+        pa.field("left_id", pa.string(), nullable=False),
+        pa.field("right_id", pa.string(), nullable=False),
+        pa.field("newer_id", pa.string(), nullable=False),
+        pa.field("older_id", pa.string(), nullable=False),
+        pa.field("rule", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("sources", pa.string(), nullable=False),  # band,structural,explicit (comma-joined)
+        pa.field("score", pa.float64()),
+    ]
+)
+
+
+@dataclass
+class ContradictionResult:
+    table: pa.Table
+    intents: pa.Table
+    candidates_by_source: dict[str, int] = field(default_factory=dict)
+    found_by_source: dict[str, int] = field(default_factory=dict)
+    by_rule: dict[str, int] = field(default_factory=dict)
+    samples: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+
+
+def _candidates(
+    memories: pa.Table, pairs: pa.Table, features: pa.Table, rules: RuleBook, config: Config
+) -> pa.Table:
+    s = config.similarity
+    con = duckdb.connect()
+    con.register("p", pairs)
+    con.register("m", memories.select(["id", "namespace", "created_at"]))
+    structural = structural_candidates(features, memories.select(["id", "namespace", "created_at"]))
+    explicit = explicit_candidates(memories["id"].to_pylist(), memories["metadata"].to_pylist(), rules)
+    con.register("s", structural.select(["left_id", "right_id"]))
+    con.register("e", explicit.select(["left_id", "right_id"]))
+    # One row per pair with every source that proposed it; explicit links never cross a namespace either.
+    return con.sql(
+        f"""
+        WITH c AS (
+            SELECT left_id, right_id, 'band' AS source, score FROM p
+            WHERE score >= {float(s.contradiction_threshold)!r} AND score < {float(s.contradiction_threshold_max)!r}
+            UNION ALL SELECT left_id, right_id, 'structural', NULL FROM s
+            UNION ALL SELECT least(left_id, right_id), greatest(left_id, right_id), 'explicit', NULL FROM e
+        )
+        SELECT a.namespace, c.left_id, c.right_id,
+            string_agg(DISTINCT c.source, ',' ORDER BY c.source) AS sources, max(c.score) AS score,
+            bool_or(c.source = 'explicit') AS explicit,
+            any_value(a.created_at) AS left_created_at, any_value(b.created_at) AS right_created_at
+        FROM c JOIN m a ON a.id = c.left_id JOIN m b ON b.id = c.right_id
+        WHERE a.namespace = b.namespace
+        GROUP BY a.namespace, c.left_id, c.right_id
+        ORDER BY a.namespace, c.left_id, c.right_id
+        """
+    ).to_arrow_table()
+
+
+def find_contradictions(
+    memories: pa.Table, pairs: pa.Table, config: Config, *, cache_root: Path | None = None
+) -> ContradictionResult:
+    """Confirmed contradictions of the partition and the intents the configured policy proposes.
+
+    With `cache_root` (the warehouse), parsed features are reused across nights by content hash."""
+    rules = load_rules(config.contradiction.rules_path)
+    ids, contents = memories["id"].to_pylist(), memories["content"].to_pylist()
+    features = (
+        cached_memory_features(ids, contents, rules, cache_root)
+        if cache_root is not None
+        else memory_features(ids, contents, rules)
+    )
+    candidates = _candidates(memories, pairs, features, rules, config)
+    found = detect(candidates, features, rules) if candidates.num_rows else None
+    table = (
+        found.select([f.name for f in CONTRADICTION_SCHEMA]).cast(CONTRADICTION_SCHEMA)
+        if found is not None
+        else CONTRADICTION_SCHEMA.empty_table()
+    )
+    result = ContradictionResult(table=table, intents=_intents(table, memories, config))
+    result.candidates_by_source = _count_sources(candidates["sources"].to_pylist())
+    result.found_by_source = _count_sources(table["sources"].to_pylist())
+    result.by_rule = dict(Counter(table["rule"].to_pylist()).most_common())
+    for row in table.to_pylist():
+        bucket = result.samples.setdefault(row["rule"], [])
+        if len(bucket) < 5:
+            bucket.append({"older": row["older_id"], "newer": row["newer_id"], "reason": row["reason"]})
+    return result
+
+
+def _count_sources(values: list[str]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for joined in values:
+        counts.update(joined.split(","))
+    return dict(sorted(counts.items()))
+
+
+def _intents(table: pa.Table, memories: pa.Table, config: Config) -> pa.Table:
+    if table.num_rows == 0:
+        return INTENT_SCHEMA.empty_table()
+    involved = pc.is_in(
+        memories["id"],
+        value_set=pa.concat_arrays([table["older_id"].combine_chunks(), table["newer_id"].combine_chunks()]),
+    )
+    state = {
+        r["id"]: (json.loads(r["metadata"]).get("contradictionWith", []), r["superseded_by"], r["pinned"])
+        for r in memories.select(["id", "metadata", "superseded_by", "pinned"]).filter(involved).to_pylist()
+    }
+    supersede = config.contradiction.policy == "supersede"
+    rows: list[dict[str, Any]] = []
+    for pair in table.to_pylist():
+        evidence = {
+            "rule": f"contradiction:{pair['rule']}",
+            "score": pair["score"],
+            "sources": pair["sources"],
+        }
+        base = {
+            "namespace": pair["namespace"],
+            "reason": pair["reason"],
+            "evidence": evidence,
+            "source": "contradictions",
+        }
+        older, newer = pair["older_id"], pair["newer_id"]
+        link = {
+            "src_id": newer,
+            "dst_id": older,
+            "kind": "contradicts",
+            "weight": 1.0,
+            "origin": "contradictions",
+        }
+        if supersede:
+            if state[older][1] is not None or state[older][2]:
+                continue  # already hidden, or pinned: a pin is never overruled by a heuristic
+            rows.append(
+                {
+                    **base,
+                    "target_id": older,
+                    "op": "supersede",
+                    "params": {"by": newer},
+                    "review_class": "gated",
+                }
+            )
+            rows.append(
+                {
+                    **base,
+                    "target_kind": "link",
+                    "target_id": f"{newer}|{older}|contradicts",
+                    "op": "upsert_link",
+                    "params": link,
+                    "review_class": "gated",
+                }
+            )
+            continue
+        flagged = newer in state[older][0] and older in state[newer][0]
+        if flagged:
+            continue
+        for target, other in ((older, newer), (newer, older)):
+            if other not in state[target][0]:
+                rows.append(
+                    {
+                        **base,
+                        "target_id": target,
+                        "op": "flag_contradiction",
+                        "params": {"with": other},
+                        "review_class": "auto",
+                    }
+                )
+        rows.append(
+            {
+                **base,
+                "target_kind": "link",
+                "target_id": f"{newer}|{older}|contradicts",
+                "op": "upsert_link",
+                "params": link,
+                "review_class": "auto",
+            }
+        )
+    return intents_table(rows) if rows else INTENT_SCHEMA.empty_table()

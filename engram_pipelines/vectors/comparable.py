@@ -1,0 +1,184 @@
+"""The partition's comparable vectors: stored vectors where they are current, embeddings for the rest.
+
+A memory's stored vector is used as is (with its model name) unless the content changed since it was embedded
+(`embedded_content_sha` differs from the content's hash). Rows without a usable vector are embedded by the
+configured embedder; embeddings are cached in the warehouse by (model, content hash), so a quiet night embeds
+nothing and a changed row is embedded once. Rows whose metadata says `embeddingExcluded` are never embedded
+or compared. engram-pipelines never writes vectors into the live store: that column belongs to the agents.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engram_pipelines.core.progress import Progress
+from engram_pipelines.vectors.embeddings import Embedder, embed_in_batches
+from engram_pipelines.warehouse.content_cache import ContentCache
+
+VECTOR_SCHEMA_FIELDS = [
+    pa.field("id", pa.string(), nullable=False),
+    pa.field("namespace", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),  # stored | embedded | cached
+]
+
+
+def vector_schema(dim: int) -> pa.Schema:
+    return pa.schema([*VECTOR_SCHEMA_FIELDS, pa.field("vector", pa.list_(pa.float32(), dim), nullable=False)])
+
+
+@dataclass
+class VectorStats:
+    stored: int = 0
+    cached: int = 0
+    embedded: int = 0
+    excluded: int = 0
+    models: dict[str, int] | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "stored": self.stored,
+            "cached": self.cached,
+            "embedded": self.embedded,
+            "excluded": self.excluded,
+            "models": self.models or {},
+        }
+
+
+class EmbeddingCache:
+    """Vectors by content hash for one model, under <warehouse>/embedding_cache/<model>/."""
+
+    def __init__(self, root: Path, model: str, dim: int) -> None:
+        self.cache = ContentCache(root / "embedding_cache" / re.sub(r"[^A-Za-z0-9_.-]", "_", model))
+        self.dim = dim
+
+    def lookup(self, shas: list[str]) -> dict[str, np.ndarray]:
+        found = self.cache.lookup(shas)
+        if found is None:
+            return {}
+        flat = found["vector"].combine_chunks().values.to_numpy(zero_copy_only=False).reshape(-1, self.dim)
+        return dict(zip(found["sha"].to_pylist(), flat, strict=True))
+
+    def add(self, shas: list[str], vectors: np.ndarray) -> None:
+        vector = pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(np.float32).reshape(-1)), self.dim)
+        self.cache.add(pa.table({"sha": pa.array(shas, pa.string()), "vector": vector}))
+
+
+# The snapshot columns partition_vectors reads (callers may pass a table of just these).
+VECTOR_INPUT_COLUMNS = [
+    "id",
+    "namespace",
+    "content",
+    "metadata",
+    "embedding",
+    "embedding_model",
+    "embedded_content_sha",
+]
+
+
+def _row_flags(memories: pa.Table) -> pa.Table:
+    """Per row, in order: excluded (metadata `embeddingExcluded`), the content's hash (`sha`: `content_sha`
+    computed by DuckDB) and whether a stored vector is current (no recorded hash, or the content's). The vectors
+    never pass through DuckDB: its result would be a second copy of them."""
+    con = duckdb.connect()
+    n = memories.num_rows
+    con.register(
+        "m",
+        memories.select(["content", "metadata", "embedded_content_sha"]).append_column(
+            "pos", pa.array(np.arange(n, dtype=np.int64))
+        ),
+    )
+    flags = con.sql(
+        """
+        SELECT pos, coalesce(TRY_CAST(json_extract(metadata, '$.embeddingExcluded') AS BOOLEAN), false) AS excluded,
+            sha, embedded_content_sha IS NULL OR embedded_content_sha = sha AS fresh
+        FROM (SELECT *, left(sha256(content), 16) AS sha FROM m)
+        """
+    ).to_arrow_table()
+    if not np.array_equal(flags["pos"].to_numpy(), np.arange(n)):
+        flags = flags.sort_by("pos")
+    return flags
+
+
+def partition_vectors(
+    memories: pa.Table, embedder: Embedder, warehouse_root: Path, *, progress: Progress | None = None
+) -> tuple[pa.Table, VectorStats]:
+    """(id, namespace, model, source, vector) for every comparable memory of the snapshot, and counts.
+
+    Stored vectors are passed on without a copy when every row keeps its own (the usual night): at 1M x 384 each
+    copy is 1.5 GB of peak memory."""
+    flags = _row_flags(memories)
+    excluded = flags["excluded"].to_numpy(zero_copy_only=False)
+    has_vector = memories["embedding"].is_valid().to_numpy(zero_copy_only=False)
+    current = has_vector & flags["fresh"].to_numpy(zero_copy_only=False) & ~excluded
+    stats = VectorStats(excluded=int(excluded.sum()))
+    dim = embedder.dim
+    if memories.schema.field("embedding").type.list_size != dim:
+        current[:] = False  # vectors of another size are re-embedded with the configured model
+    parts: list[pa.Table] = []
+    if current.any():
+        kept = memories if current.all() else memories.filter(pa.array(current))
+        parts.append(
+            pa.table(
+                {
+                    "id": kept["id"],
+                    "namespace": kept["namespace"],
+                    "model": kept["embedding_model"],
+                    "source": pa.nulls(kept.num_rows, pa.string()).fill_null("stored"),
+                    "vector": kept["embedding"],
+                }
+            ).cast(vector_schema(dim))
+        )
+        stats.stored = kept.num_rows
+    todo = np.flatnonzero(~current & ~excluded)
+    if todo.size:
+        rows = memories.select(["id", "namespace", "content"]).take(pa.array(todo))
+        shas = flags["sha"].take(pa.array(todo)).to_pylist()
+        parts.append(_embed_missing(rows, shas, embedder, warehouse_root, stats, progress))
+    table = pa.concat_tables(parts) if parts else vector_schema(dim).empty_table()
+    stats.models = (
+        {str(k["values"]): int(k["counts"]) for k in pc.value_counts(table["model"]).to_pylist()}
+        if table.num_rows
+        else {}
+    )
+    return table, stats
+
+
+def _embed_missing(
+    rows: pa.Table,
+    shas: list[str],
+    embedder: Embedder,
+    root: Path,
+    stats: VectorStats,
+    progress: Progress | None,
+) -> pa.Table:
+    cache = EmbeddingCache(root, embedder.name, embedder.dim)
+    unique = sorted(set(shas))
+    known = cache.lookup(unique)
+    missing = [s for s in unique if s not in known]
+    if missing:
+        text_of = dict(zip(shas, rows["content"].to_pylist(), strict=True))
+        vectors = embed_in_batches(embedder, [text_of[s] for s in missing], progress=progress)
+        cache.add(missing, vectors)
+        known.update(zip(missing, vectors, strict=True))
+    missing_set = set(missing)
+    embedded = sum(1 for s in shas if s in missing_set)
+    stats.embedded += embedded
+    stats.cached += len(shas) - embedded
+    matrix = np.stack([known[s] for s in shas]).astype(np.float32)
+    return pa.table(
+        {
+            "id": rows["id"],
+            "namespace": rows["namespace"],
+            "model": pa.array([embedder.name] * rows.num_rows, pa.string()),
+            "source": pa.array(["embedded" if s in missing_set else "cached" for s in shas], pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), embedder.dim),
+        }
+    ).cast(vector_schema(embedder.dim))

@@ -1,0 +1,72 @@
+"""Results keyed by content hash, kept across nights as Parquet parts under one warehouse directory.
+
+Work that depends only on a memory's content (its embedding, its parsed contradiction features) is done once per
+distinct content: a quiet night finds almost everything here and computes only new or changed contents. Each
+`add` writes one part named by the digest of its keys, so concurrent shard steps never write the same file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from engram_pipelines.warehouse.tables import write_parquet
+
+_log = logging.getLogger(__name__)
+
+
+def discard_unreadable(path: Path, error: Exception) -> None:
+    """A cache file that cannot be read (truncated, garbage) is ours to drop: it is recomputed, not trusted,
+    and every later run would fail on it otherwise."""
+    _log.warning("cache file %s cannot be read (%s): discarded, its contents will be recomputed", path, error)
+    path.unlink(missing_ok=True)
+
+
+class ContentCache:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def lookup(self, shas: list[str]) -> pa.Table | None:
+        """The cached rows (a `sha` column plus the cached columns) of those `shas` found; None if none are."""
+        files = sorted(self.directory.glob("*.parquet"))
+        if not shas or not files:
+            return None
+        try:
+            found = self._query(files, shas)
+        except duckdb.Error:
+            # Some part is damaged: read each one alone, drop those that fail, ask again.
+            files = [f for f in files if self._readable(f)]
+            if not files:
+                return None
+            found = self._query(files, shas)
+        return found if found.num_rows else None
+
+    @staticmethod
+    def _query(files: list[Path], shas: list[str]) -> pa.Table:
+        con = duckdb.connect()
+        con.register("wanted", pa.table({"sha": pa.array(shas, pa.string())}))
+        return con.sql(
+            f"SELECT * FROM read_parquet({[str(f) for f in files]}) c SEMI JOIN wanted w ON w.sha = c.sha "
+            "QUALIFY row_number() OVER (PARTITION BY c.sha) = 1"
+        ).to_arrow_table()
+
+    @staticmethod
+    def _readable(path: Path) -> bool:
+        try:
+            pq.read_table(path)
+        except (pa.ArrowException, OSError) as error:
+            discard_unreadable(path, error)
+            return False
+        return True
+
+    def add(self, table: pa.Table) -> None:
+        """Store rows keyed by their `sha` column."""
+        if table.num_rows == 0:
+            return
+        digest = hashlib.sha256("".join(sorted(table["sha"].to_pylist())).encode()).hexdigest()[:16]
+        write_parquet(table, self.directory / f"part-{digest}.parquet")
