@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from engram_pipelines import api
-from engram_pipelines.changes.compose import REVIEWED_CLASSES
+from engram_pipelines.changes.intents import REVIEWED_CLASSES
 from engram_pipelines.config.model import ConfigError, load_config, store_url, warehouse_path
 from engram_pipelines.store import Store, StoreError, open_store, redact
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engram_pipelines.changes.compose import compose, intents_table
+from engram_pipelines.changes.compose import compose
+from engram_pipelines.changes.intents import intents_table
 from engram_pipelines.changes.registry import store_change_set
 from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.ingest.snapshot import take_snapshot

@@ -13,8 +13,9 @@ import pytest
 
 from engram_pipelines.changes import compose as compose_module
 from engram_pipelines.changes.apply import ReviewRequired, apply_change_set
-from engram_pipelines.changes.compose import compose, intents_from_sql, intents_table
+from engram_pipelines.changes.compose import compose
 from engram_pipelines.changes.fold_sql import sql_fold_targets
+from engram_pipelines.changes.intents import intents_from_sql, intents_table
 from engram_pipelines.changes.invariants import (
     crosses_namespace,
     destructive_on_pinned,

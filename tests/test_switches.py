@@ -9,7 +9,7 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from engram_pipelines.changes.compose import INTENT_SCHEMA
+from engram_pipelines.changes.intents import INTENT_SCHEMA
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.config.model import ConfigError, load_config
 from engram_pipelines.config.switches import applied_tonight, switched_intents

@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from engram_pipelines.changes.apply import apply_change_set
-from engram_pipelines.changes.compose import INTENT_SCHEMA
 from engram_pipelines.changes.guard import hold_for_review
+from engram_pipelines.changes.intents import INTENT_SCHEMA
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.changes.revert import approve_change_set
 from engram_pipelines.config.model import ReviewConfig

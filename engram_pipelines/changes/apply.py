@@ -24,8 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.changes.compose import REVIEWED_CLASSES
 from engram_pipelines.changes.intents import (
+    REVIEWED_CLASSES,
     Ineligible,
     Intent,
     check_eligible,

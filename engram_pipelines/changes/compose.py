@@ -18,36 +18,15 @@ import pyarrow.compute as pc
 
 from engram_pipelines.changes.fold_sql import SQL_TARGETS_SCHEMA, fold_in_sql, sql_fold_targets
 from engram_pipelines.changes.intents import (
-    ALL_OPS,
     INSERT,
     PURGE,
+    REVIEW_CLASSES,
     Intent,
     diff,
     fold,
     select_intents,
 )
 from engram_pipelines.core import jsontext, records
-
-# `auto` is applied by the nightly; `gated` (merges, compression, supersede) and `held` (what the volume guard
-# held back: `guard.py`) wait for `approve`. Held changes are a set of their own, so approving the night's merges
-# never approves a mass archive with them.
-REVIEW_CLASSES = ("auto", "gated", "held")
-REVIEWED_CLASSES = ("gated", "held")
-
-INTENT_SCHEMA = pa.schema(
-    [
-        pa.field("namespace", pa.string(), nullable=False),
-        pa.field("target_kind", pa.string(), nullable=False),  # memory | link
-        pa.field("target_id", pa.string(), nullable=False),
-        pa.field("op", pa.string(), nullable=False),
-        pa.field("params", pa.string(), nullable=False),  # JSON object
-        pa.field("reason", pa.string(), nullable=False),
-        pa.field("evidence", pa.string(), nullable=False),  # JSON object
-        pa.field("source", pa.string(), nullable=False),
-        pa.field("review_class", pa.string(), nullable=False),
-        pa.field("cluster_id", pa.string()),
-    ]
-)
 
 CHANGE_SCHEMA = pa.schema(
     [
@@ -74,36 +53,6 @@ CHANGE_SCHEMA = pa.schema(
         pa.field("destructive", pa.bool_(), nullable=False),
     ]
 )
-
-
-def intents_table(rows: list[dict[str, Any]]) -> pa.Table:
-    """Build an intent table from dicts (params/evidence given as dicts are serialised)."""
-    prepared = []
-    for row in rows:
-        if row["op"] not in ALL_OPS:
-            raise ValueError(f"unknown op {row['op']!r}")
-        prepared.append(
-            {
-                **row,
-                "params": jsontext.dumps(row.get("params", {})),
-                "evidence": jsontext.dumps(row.get("evidence", {})),
-                "reason": row.get("reason", ""),
-                "cluster_id": row.get("cluster_id"),
-                "target_kind": row.get("target_kind", "memory"),
-            }
-        )
-    return pa.Table.from_pylist(prepared, schema=INTENT_SCHEMA)
-
-
-def intents_from_sql(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
-    """An intent table from a query that yields INTENT_SCHEMA's columns, params and evidence as JSON objects
-    (DuckDB's `to_json` of a struct whose keys are written in sorted order, as `intents_table` sorts them): for
-    analyses that propose hundreds of thousands of intents, without a Python dict per intent."""
-    table = con.sql(query).to_arrow_table().select(INTENT_SCHEMA.names).cast(INTENT_SCHEMA)
-    unknown = set(pc.unique(table["op"]).to_pylist()) - set(ALL_OPS)
-    if unknown:
-        raise ValueError(f"unknown op {sorted(unknown)[0]!r}")
-    return table
 
 
 # The snapshot columns compose reads (not the vectors): the guards' evidence, the writable columns the fold

@@ -18,38 +18,119 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engram_pipelines.core import jsontext
 from engram_pipelines.core.timestamps import format_timestamp
+
+
+class Op(StrEnum):
+    """What an intent asks for. Members are strings: they are written as they are into change sets and SQL."""
+
+    PROMOTE_TIER = "promote_tier"
+    PROMOTE_KIND = "promote_kind"
+    CLEAR_STALE = "clear_stale"
+    MARK_STALE = "mark_stale"
+    SET_SCORE = "set_score"
+    MOVE_ZONE = "move_zone"
+    SUPERSEDE = "supersede"
+    FLAG_CONTRADICTION = "flag_contradiction"
+    UNION_TAGS = "union_tags"
+    ANNOTATE_DUPLICATES = "annotate_duplicates"
+    SET_METADATA = "set_metadata"
+    PURGE = "purge"
+    INSERT_MEMORY = "insert_memory"
+    UPSERT_LINK = "upsert_link"
+    DELETE_LINK = "delete_link"
+
 
 # Ops on an existing memory, in the order they fold.
 OP_ORDER = (
-    "promote_tier",
-    "promote_kind",
-    "clear_stale",
-    "mark_stale",
-    "set_score",
-    "move_zone",
-    "supersede",
-    "flag_contradiction",
-    "union_tags",
-    "annotate_duplicates",
-    "set_metadata",
+    Op.PROMOTE_TIER,
+    Op.PROMOTE_KIND,
+    Op.CLEAR_STALE,
+    Op.MARK_STALE,
+    Op.SET_SCORE,
+    Op.MOVE_ZONE,
+    Op.SUPERSEDE,
+    Op.FLAG_CONTRADICTION,
+    Op.UNION_TAGS,
+    Op.ANNOTATE_DUPLICATES,
+    Op.SET_METADATA,
 )
 MEMORY_UPDATE_OPS = frozenset(OP_ORDER)
-PURGE = "purge"
-INSERT = "insert_memory"
-LINK_OPS = frozenset({"upsert_link", "delete_link"})
-ALL_OPS = MEMORY_UPDATE_OPS | {PURGE, INSERT} | LINK_OPS
+PURGE = Op.PURGE
+INSERT = Op.INSERT_MEMORY
+LINK_OPS = frozenset({Op.UPSERT_LINK, Op.DELETE_LINK})
+ALL_OPS = frozenset(Op)
 
 # Ops that hide or delete: never on a pinned row or a `block` row (issue 4's pin guarantee).
-HIDING_OPS = frozenset({"move_zone", PURGE, "supersede", "mark_stale"})
+HIDING_OPS = frozenset({Op.MOVE_ZONE, Op.PURGE, Op.SUPERSEDE, Op.MARK_STALE})
 # Ops decided on access evidence: a row accessed since the snapshot is no longer eligible.
-ACCESS_SENSITIVE_OPS = frozenset({"mark_stale", "move_zone", PURGE})
+ACCESS_SENSITIVE_OPS = frozenset({Op.MARK_STALE, Op.MOVE_ZONE, Op.PURGE})
 # Ops decided on content evidence (similarity, parsing): a row whose content changed is no longer eligible.
-CONTENT_SENSITIVE_OPS = frozenset({"supersede", "flag_contradiction", "union_tags", "annotate_duplicates"})
+CONTENT_SENSITIVE_OPS = frozenset(
+    {Op.SUPERSEDE, Op.FLAG_CONTRADICTION, Op.UNION_TAGS, Op.ANNOTATE_DUPLICATES}
+)
 
 ZONE_RANK = {"active": 0, "archived": 1, "purge_queue": 2}
+
+
+# `auto` is applied by the nightly; `gated` (merges, compression, supersede) and `held` (what the volume guard
+# held back: `guard.py`) wait for `approve`. Held changes are a set of their own, so approving the night's merges
+# never approves a mass archive with them.
+REVIEW_CLASSES = ("auto", "gated", "held")
+REVIEWED_CLASSES = ("gated", "held")
+
+INTENT_SCHEMA = pa.schema(
+    [
+        pa.field("namespace", pa.string(), nullable=False),
+        pa.field("target_kind", pa.string(), nullable=False),  # memory | link
+        pa.field("target_id", pa.string(), nullable=False),
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("params", pa.string(), nullable=False),  # JSON object
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("evidence", pa.string(), nullable=False),  # JSON object
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("review_class", pa.string(), nullable=False),
+        pa.field("cluster_id", pa.string()),
+    ]
+)
+
+
+def intents_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Build an intent table from dicts (params/evidence given as dicts are serialised)."""
+    prepared = []
+    for row in rows:
+        if row["op"] not in ALL_OPS:
+            raise ValueError(f"unknown op {row['op']!r}")
+        prepared.append(
+            {
+                **row,
+                "params": jsontext.dumps(row.get("params", {})),
+                "evidence": jsontext.dumps(row.get("evidence", {})),
+                "reason": row.get("reason", ""),
+                "cluster_id": row.get("cluster_id"),
+                "target_kind": row.get("target_kind", "memory"),
+            }
+        )
+    return pa.Table.from_pylist(prepared, schema=INTENT_SCHEMA)
+
+
+def intents_from_sql(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
+    """An intent table from a query that yields INTENT_SCHEMA's columns, params and evidence as JSON objects
+    (DuckDB's `to_json` of a struct whose keys are written in sorted order, as `intents_table` sorts them): for
+    analyses that propose hundreds of thousands of intents, without a Python dict per intent."""
+    table = con.sql(query).to_arrow_table().select(INTENT_SCHEMA.names).cast(INTENT_SCHEMA)
+    unknown = set(pc.unique(table["op"]).to_pylist()) - set(ALL_OPS)
+    if unknown:
+        raise ValueError(f"unknown op {sorted(unknown)[0]!r}")
+    return table
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ import datetime as dt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.changes.compose import INTENT_SCHEMA, SNAPSHOT_COLUMNS, compose
+from engram_pipelines.changes.compose import SNAPSHOT_COLUMNS, compose
 from engram_pipelines.changes.guard import hold_for_review
+from engram_pipelines.changes.intents import INTENT_SCHEMA
 from engram_pipelines.changes.registry import store_change_set
 from engram_pipelines.config.model import Config
 from engram_pipelines.config.switches import switched_intents

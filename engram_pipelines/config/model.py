@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from engram_pipelines.core.registry import NAMES
+
 DEFAULT_STORE_URL = "sqlite:///data/engram.db"
 DEFAULT_WAREHOUSE = "data/warehouse"
 
@@ -419,19 +421,7 @@ class PartitionsConfig(_Section):
 
 # The analyses whose proposals make the change sets, by the name of their asset (one list for the config's
 # switches, the change-set step and the docs).
-ANALYSES = (
-    "decay_scores",
-    "promotions",
-    "retention",
-    "contradictions",
-    "duplicates",
-    "consolidation",
-    "semantic",
-    "compression",
-    "associations",
-    "temporal",
-    "gc",
-)
+ANALYSES = NAMES  # the analyses' switches: one per analysis of the registry
 
 
 class AnalysisSwitch(_Section):

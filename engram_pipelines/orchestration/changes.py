@@ -18,9 +18,9 @@ from engram_pipelines.changes.registry import (
     registered_change_set,
 )
 from engram_pipelines.changes.revert import approve_change_set
-from engram_pipelines.config.model import ANALYSES
 from engram_pipelines.core import records
 from engram_pipelines.core.progress import LogProgress
+from engram_pipelines.core.registry import ANALYSES, NAMES
 from engram_pipelines.orchestration.metadata import (
     Lineage,
     column_lineage,
@@ -34,35 +34,11 @@ from engram_pipelines.reports.plots import changes_by_op, inline_bars, markdown_
 from engram_pipelines.reports.review import write_review_page
 
 # The analyses whose proposals the change set gathers; each is an asset of the same name.
-ANALYSIS_SOURCES: list[str] = list(ANALYSES)
+ANALYSIS_SOURCES: list[str] = list(NAMES)
 
 # Each analysis's proposals: the columns naming the rows they target, and those holding the values they write.
-_PROPOSAL_TARGETS: dict[str, list[str]] = {
-    "decay_scores": ["id"],
-    "promotions": ["id"],
-    "retention": ["id"],
-    "contradictions": ["newer_id", "older_id"],
-    "duplicates": ["canonical", "loser"],
-    "consolidation": ["canonical", "loser"],
-    "semantic": ["node_id"],
-    "compression": ["summary_id", "member"],
-    "associations": ["src_id", "dst_id"],
-    "temporal": ["src_id", "dst_id"],
-    "gc": ["src_id", "dst_id", "kind"],
-}
-_PROPOSAL_VALUES: dict[str, list[str]] = {
-    "decay_scores": ["score", "stale_after"],
-    "promotions": ["promotion", "to"],
-    "retention": ["to_zone"],
-    "contradictions": ["newer_id", "older_id"],
-    "duplicates": ["canonical", "loser", "score", "tag_union"],
-    "consolidation": ["canonical", "loser", "score", "tag_union"],
-    "semantic": ["node_id", "tier", "probability", "confidence"],
-    "compression": ["summary_id", "member", "score"],
-    "associations": ["src_id", "dst_id", "score"],
-    "temporal": ["src_id", "dst_id", "weight_after"],
-    "gc": ["src_id", "dst_id", "kind"],
-}
+_PROPOSAL_TARGETS = {a.name: list(a.targets) for a in ANALYSES}
+_PROPOSAL_VALUES = {a.name: list(a.values) for a in ANALYSES}
 
 # A patch is the difference between the row as the snapshot has it and the row once its intents are folded in;
 # inserted rows (semantic nodes, summaries) copy their sources' content and importance.

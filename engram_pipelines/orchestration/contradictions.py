@@ -3,6 +3,7 @@
 import dagster as dg
 
 from engram_pipelines.analyses.contradictions.policy import CONTRADICTION_SCHEMA, find_contradictions
+from engram_pipelines.core.registry import inputs_of
 from engram_pipelines.orchestration.metadata import Lineage, column_lineage, sample_markdown, standard
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
@@ -29,7 +30,7 @@ _CONTRADICTIONS_LINEAGE: Lineage = {
 
 @dg.asset(
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", "similarity_pairs"],
+    deps=inputs_of("contradictions"),
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],

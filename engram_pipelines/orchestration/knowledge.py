@@ -11,6 +11,7 @@ from engram_pipelines.analyses.links.gc import GC_SCHEMA, garbage_links
 from engram_pipelines.analyses.links.temporal import TEMPORAL_SCHEMA, temporal_edges
 from engram_pipelines.analyses.projection import project_auto_transitions
 from engram_pipelines.config.switches import applied_tonight
+from engram_pipelines.core.registry import inputs_of
 from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.orchestration.metadata import (
     Lineage,
@@ -91,7 +92,7 @@ _SEMANTIC_LINEAGE: Lineage = {
 
 
 @dg.asset(
-    deps=["memory_snapshot", "embeddings", "similarity_pairs", "contradictions", "duplicates", "retention"],
+    deps=inputs_of("semantic"),
     description=(
         "Semantic extraction (seed 003), deterministic: clusters of visible, uncontradicted episodic rows that "
         "state knowledge (not chit-chat) at >= semantic.cluster_similarity_threshold (0.7, every member to every "
@@ -153,7 +154,7 @@ _COMPRESSION_LINEAGE: Lineage = {
 
 @dg.asset(
     name="compression",
-    deps=["memory_snapshot", "similarity_pairs", "decay_scores", "contradictions"],
+    deps=inputs_of("compression"),
     description=(
         "Compression (seed 001): clusters of related low-value memories (importance <= compression.max_importance, "
         "decay score <= compression.max_score, >= 3 members at >= 0.75) become one summary row whose content is an "
@@ -198,7 +199,7 @@ _ASSOCIATIONS_LINEAGE: Lineage = {
 
 @dg.asset(
     name="associations",
-    deps=["memory_snapshot", "similarity_pairs"],
+    deps=inputs_of("associations"),
     description=(
         "Associations (seed 001): pairs related but below the merge band ([similarity.association_threshold, "
         "similarity.merge_threshold) = [0.70, 0.85)) that are not linked yet get an associated link weighted by "
@@ -243,7 +244,7 @@ _TEMPORAL_LINEAGE: Lineage = {
 
 
 @dg.asset(
-    deps=["memory_snapshot"],
+    deps=inputs_of("temporal"),
     description=(
         "Temporal edges (seed 003): each cycle multiplies temporal link weights by temporal.decay_rate (0.95), "
         "by temporal.traversal_boost (1.2) more when traversed since, and prunes those below 0.05; for historical "
@@ -280,7 +281,7 @@ _GC_LINEAGE: Lineage = {
 
 
 @dg.asset(
-    deps=["memory_snapshot"],
+    deps=inputs_of("gc"),
     description=(
         "Link garbage collection (seed 001): links whose endpoint no longer exists, self-links, links across "
         "namespaces, links between two rows queued for purge, and duplicate symmetric links are deleted "

@@ -6,6 +6,7 @@ import pyarrow.compute as pc
 from engram_pipelines.analyses.lifecycle.decay import DECAY_SCHEMA, CueCache, decay_intents, decay_scores
 from engram_pipelines.analyses.lifecycle.promotion import PROMOTION_SCHEMA, promotion_intents, promotions
 from engram_pipelines.analyses.lifecycle.retention import RETENTION_SCHEMA, retention_intents, retention_moves
+from engram_pipelines.core.registry import inputs_of
 from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.orchestration.metadata import (
     Lineage,
@@ -72,7 +73,7 @@ _DECAY_LINEAGE: Lineage = {
 @dg.asset(
     name="decay_scores",
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot"],
+    deps=inputs_of("decay_scores"),
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
@@ -142,7 +143,7 @@ _PROMOTIONS_LINEAGE: Lineage = {
 @dg.asset(
     name="promotions",
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", decay_scores_asset],
+    deps=inputs_of("promotions"),
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
@@ -210,7 +211,7 @@ _RETENTION_LINEAGE: Lineage = {
 
 @dg.asset(
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", decay_scores_asset, promotions_asset],
+    deps=inputs_of("retention"),
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],

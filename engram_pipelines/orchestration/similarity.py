@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from engram_pipelines.analyses.merges.clusters import CLUSTER_SCHEMA, MERGE_COLUMNS, clusters_table
 from engram_pipelines.config.model import Config
 from engram_pipelines.core.progress import LogProgress
+from engram_pipelines.core.registry import inputs_of
 from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.night.wiring import consolidation_for_day, duplicates_for_day
 from engram_pipelines.orchestration.metadata import (
@@ -206,7 +207,7 @@ def sharded_assets(shards: int) -> list[dg.AssetsDefinition]:
 
 @dg.asset(
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", "similarity_pairs", "contradictions", "retention"],
+    deps=inputs_of("duplicates"),
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
@@ -240,7 +241,7 @@ def duplicates(
 
 @dg.asset(
     partitions_def=as_of_partitions,
-    deps=["memory_snapshot", "similarity_pairs", duplicates, "contradictions", "retention"],
+    deps=inputs_of("consolidation"),
     group_name="analysis",
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from engram_pipelines.changes.compose import REVIEWED_CLASSES
+from engram_pipelines.changes.intents import REVIEWED_CLASSES
 from engram_pipelines.core import mdtext
 from engram_pipelines.store import ChangeSetRecord, Store, redact
 

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engram_pipelines.core.records import MEMORY_COLUMNS
+from engram_pipelines.core.registry import NAMES
 from engram_pipelines.warehouse.shards import namespaces_in_shard
 
 # Tables written per as-of partition, each a directory under the warehouse.
@@ -34,19 +35,9 @@ PARTITIONED_TABLES = (
     "memories",
     "links",
     "quarantine",
-    "decay_scores",
-    "promotions",
-    "retention",
     "embeddings",
     "similarity_pairs",
-    "duplicates",
-    "consolidation",
-    "contradictions",
-    "semantic",
-    "compression",
-    "associations",
-    "temporal",
-    "gc",
+    *NAMES,  # one table per analysis
     "proposals",
 )
 

@@ -32,7 +32,7 @@ from engram_pipelines.analyses.contradictions.detect import (
     memory_features,
     structural_candidates,
 )
-from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
+from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config
 
 CONTRADICTION_SCHEMA = pa.schema(

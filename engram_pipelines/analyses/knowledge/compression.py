@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.analyses.knowledge.semantic import CoherentCluster, coherent_clusters, rows_by_id
-from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
+from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import CompressionConfig, Config
 from engram_pipelines.core.timestamps import format_timestamp
 

@@ -71,7 +71,7 @@ import pyarrow.compute as pc
 
 from engram_pipelines.analyses.knowledge.chitchat import carries_knowledge, informativeness
 from engram_pipelines.analyses.merges.containment import same_fact_pairs
-from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
+from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config, SemanticConfig
 from engram_pipelines.core.timestamps import format_timestamp, parse_timestamp
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engram_pipelines.changes.compose import intents_from_sql
+from engram_pipelines.changes.intents import intents_from_sql
 from engram_pipelines.config.model import Config, DecayConfig
 from engram_pipelines.core.sqltext import quoted
 from engram_pipelines.warehouse.tables import write_parquet

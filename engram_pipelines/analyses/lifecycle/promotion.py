@@ -13,7 +13,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
+from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config
 from engram_pipelines.core.sqltext import quoted
 

@@ -24,7 +24,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.changes.compose import intents_from_sql
+from engram_pipelines.changes.intents import intents_from_sql
 from engram_pipelines.config.model import Config
 
 RETENTION_SCHEMA = pa.schema(

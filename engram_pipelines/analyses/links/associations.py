@@ -22,7 +22,7 @@ import datetime as dt
 import duckdb
 import pyarrow as pa
 
-from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
+from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config
 from engram_pipelines.core.timestamps import format_timestamp
 

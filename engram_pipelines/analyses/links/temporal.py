@@ -39,7 +39,7 @@ import json
 import duckdb
 import pyarrow as pa
 
-from engram_pipelines.changes.compose import INTENT_SCHEMA
+from engram_pipelines.changes.intents import INTENT_SCHEMA
 from engram_pipelines.config.model import Config, TemporalConfig
 from engram_pipelines.core.sqltext import quoted
 from engram_pipelines.core.timestamps import format_timestamp

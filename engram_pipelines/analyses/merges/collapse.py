@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.analyses.merges.clusters import Cluster, band_pairs, star_clusters
-from engram_pipelines.changes.compose import INTENT_SCHEMA, intents_table
+from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.core.timestamps import format_timestamp
 
 
