@@ -12,7 +12,7 @@ test: bootstrap
 	@scripts/test.sh
 
 lint: bootstrap
-	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/lint-imports && .venv/bin/mypy
 
 ui: bootstrap
 	@mkdir -p data/dagster_home && test -f data/dagster_home/dagster.yaml || printf "telemetry:\n  enabled: false\n" > data/dagster_home/dagster.yaml

@@ -550,10 +550,10 @@ def preview_decay_cmd(
     Example:
       engram-pipelines preview-decay --at 2027-01-01 --out preview/
     """
-    from engram_pipelines.analyses.lifecycle.decay_preview import preview_decay, score_distribution_png
     from engram_pipelines.core.progress import BarProgress
     from engram_pipelines.core.timestamps import end_of_day
     from engram_pipelines.ingest.snapshot import take_snapshot
+    from engram_pipelines.reports.decay_preview import preview_decay, score_distribution_png
     from engram_pipelines.warehouse.tables import Warehouse
 
     config = load_config(config_path)
@@ -806,6 +806,7 @@ def revert(
         if night is not None:
             result = api.revert_night(store, parse_date(night, "--night").isoformat(), job=job, actor=actor)
         else:
+            assert change_set_id is not None  # one of the two, checked above
             result = api.revert(store, change_set_id, actor=actor)
     emit(result.as_dict(), as_json)
     if not as_json:

@@ -176,7 +176,7 @@ def test_seed_environment_variables_override_the_file(tmp_path):
 def test_decay_preview_projects_without_writing(tmp_path):
     import datetime as dt
 
-    from engram_pipelines.analyses.lifecycle.decay_preview import preview_decay, score_distribution_png
+    from engram_pipelines.reports.decay_preview import preview_decay, score_distribution_png
 
     rows = [
         {"created_at": days_ago(2), "access_count": 1, "last_accessed_at": days_ago(1)},

@@ -149,7 +149,8 @@ class LangGraphStore:
 
 
 def _has_vectors(conn: psycopg.Connection) -> bool:
-    return conn.execute("SELECT to_regclass('store_vectors') IS NOT NULL").fetchone()[0]
+    (exists,) = conn.execute("SELECT to_regclass('store_vectors') IS NOT NULL").fetchone() or (False,)
+    return bool(exists)
 
 
 def _text_of(value: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -30,6 +30,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from engram_pipelines.adapters.sync import (
     SyncResult,
@@ -134,7 +135,7 @@ class Mem0Collection:
                     "INSERT INTO {} (id, vector, payload) VALUES (%s, %s::vector, %s) ON CONFLICT (id) DO NOTHING "
                     "RETURNING id"
                 ).format(sql.Identifier(before["collection"])),
-                (memory_id, before["vector"], psycopg.types.json.Jsonb(before["payload"])),
+                (memory_id, before["vector"], Jsonb(before["payload"])),
             ).fetchone()
         if inserted is not None:
             self._record(memory_id, before["payload"], "ADD")
@@ -179,7 +180,8 @@ def _import_line(row: dict[str, Any]) -> dict[str, Any]:
     """The mem0 row as an import line (`from_mem0` maps it), with mem0's updated_at kept for the guard."""
     payload = row["payload"]
     line = from_mem0({"id": row["id"], "payload": payload})
-    metadata = line.get("metadata") if isinstance(line.get("metadata"), dict) else {}
+    given = line.get("metadata")
+    metadata: dict[str, Any] = given if isinstance(given, dict) else {}
     line["metadata"] = {**metadata, "mem0": {**metadata.get("mem0", {}), **_pulled(payload)}}
     return line
 

@@ -596,16 +596,16 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {file} must hold a mapping of sections")
         data = loaded
-    for name, (where, kind) in ENV_OVERRIDES.items():
+    for name, (keys, kind) in ENV_OVERRIDES.items():
         if name in env:
             try:
-                _set_path(data, where, kind(env[name]))
+                _set_path(data, keys, kind(env[name]))
             except ValueError:
                 raise ConfigError(f"{name}={env[name]!r} is not a valid {kind.__name__}") from None
-    for name, where in ENV_SECONDS_TO_DAYS.items():
+    for name, keys in ENV_SECONDS_TO_DAYS.items():
         if name in env:
             try:
-                _set_path(data, where, float(env[name]) / 86400.0)
+                _set_path(data, keys, float(env[name]) / 86400.0)
             except ValueError:
                 raise ConfigError(f"{name}={env[name]!r} is not a number of seconds") from None
     return _validated(data)

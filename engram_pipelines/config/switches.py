@@ -9,6 +9,7 @@ projects tonight's collapses and zone moves) read only what the night applies it
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -32,6 +33,10 @@ def _switch_of(
     }
 
 
+def _in_class(klass: str, switch: AnalysisSwitch) -> bool:
+    return switch.review_class == klass
+
+
 def _where(switches: dict[str, AnalysisSwitch], keep: Callable[[AnalysisSwitch], bool]) -> pa.Array:
     return pa.array([name for name, switch in switches.items() if keep(switch)], pa.string())
 
@@ -45,7 +50,7 @@ def switched_intents(config: Config, analysis: str, intents: pa.Table) -> pa.Tab
     switches = _switch_of(config, analysis, intents["namespace"])
     out = intents.filter(pc.is_in(intents["namespace"], _where(switches, lambda s: s.enabled)))
     for klass in ("auto", "gated"):
-        chosen = _where(switches, lambda s, k=klass: s.review_class == k)
+        chosen = _where(switches, functools.partial(_in_class, klass))
         if len(chosen):
             mask = pc.is_in(out["namespace"], chosen)
             column = pc.if_else(mask, pa.scalar(klass), out["review_class"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Progress(Protocol):
@@ -63,8 +63,8 @@ class BarProgress:
     """A rich progress bar on an interactive terminal; plain periodic lines otherwise (CI logs)."""
 
     def __init__(self) -> None:
-        self._bar = None
-        self._task = None
+        self._bar: Any = None  # rich's Progress, imported only on a terminal
+        self._task: Any = None
         self._fallback: LogProgress | None = None
 
     def start(self, task: str, total: int | None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+from typing import overload
 
 UTC = dt.UTC
 
@@ -26,11 +27,17 @@ def parse_timestamp(value: str | dt.datetime) -> dt.datetime:
     return parsed.astimezone(UTC)
 
 
-@functools.lru_cache(maxsize=65_536)  # a change set stamps the same few instants on millions of rows
+@overload
+def format_timestamp(value: dt.datetime) -> str: ...
+@overload
+def format_timestamp(value: None) -> None: ...
 def format_timestamp(value: dt.datetime | None) -> str | None:
-    """The store's canonical text form: `YYYY-MM-DDTHH:MM:SS.ffffffZ` (sorts as it compares)."""
-    if value is None:
-        return None
+    """The store's canonical text form: `YYYY-MM-DDTHH:MM:SS.ffffffZ` (sorts as it compares); None stays None."""
+    return None if value is None else _format(value)
+
+
+@functools.lru_cache(maxsize=65_536)  # a change set stamps the same few instants on millions of rows
+def _format(value: dt.datetime) -> str:
     if value.tzinfo is None:
         raise NaiveTimestampError(f"timestamp {value!r} has no zone")
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -170,7 +170,7 @@ def _templates(*variants: str) -> tuple[str, ...]:
     return tuple(_positional(v) for v in variants)
 
 
-def _render(templates: Sequence[str], slots: dict[str, Sequence[str]]) -> list[str]:
+def _render(templates: Sequence[str] | np.ndarray, slots: dict[str, np.ndarray]) -> list[str]:
     """Fill positional templates row by row; a slot missing from `slots` renders empty."""
     columns = [slots[name] if name in slots else itertools.repeat("") for name in SLOT_ORDER]
     return list(itertools.starmap(str.format, zip(templates, *columns, strict=False)))
@@ -681,7 +681,7 @@ class _Plan:
         self.bg_range = np.zeros((len(ns_names), 2), np.int64)
 
     # helpers used by the planters
-    def uniform(self, lo: float, hi: float, size: int) -> np.ndarray:
+    def uniform(self, lo: float, hi: float, size: int | tuple[int, ...]) -> np.ndarray:
         return self.rng.uniform(lo, hi, size)
 
     def pick(self, options: Sequence[str], size: int) -> np.ndarray:
@@ -700,7 +700,9 @@ class _Plan:
         upper = self.age[rows] if recent_within is None else np.minimum(self.age[rows], recent_within)
         self.last_age[rows] = np.where(access > 0, upper * self.rng.uniform(0.02, 1.0, len(rows)), np.nan)
 
-    def add_truth(self, kind: str, ns: int | str, rows: Sequence[int], expected: str, note: str = "") -> None:
+    def add_truth(
+        self, kind: str, ns: int | str, rows: Sequence[int] | np.ndarray, expected: str, note: str = ""
+    ) -> None:
         label = ns if isinstance(ns, str) else self.ns_names[ns]
         self.truth.append((label, kind, [int(r) for r in rows], expected, note))
 
@@ -790,7 +792,7 @@ def _render_slot(
     s: int,
     templates: np.ndarray,
     slots: dict[str, np.ndarray],
-    **row_slots: Sequence[str],
+    **row_slots: Sequence[str] | np.ndarray,
 ) -> None:
     """Write the content of member slot `s`: `templates` and `slots` are per group, `row_slots` per member."""
     present, rows = groups.slot(s)

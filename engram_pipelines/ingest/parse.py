@@ -313,7 +313,10 @@ class _LineParser:
             return
         waiting = {m.id: (m.namespace, m.superseded_by) for _, _, m in self.deferred}
         known = {**self.accepted, **waiting}
-        outside = sorted({m.superseded_by for _, _, m in self.deferred if m.superseded_by not in known})
+        # Deferred lines are exactly those with a supersede target.
+        outside = sorted(
+            {m.superseded_by for _, _, m in self.deferred if m.superseded_by and m.superseded_by not in known}
+        )
         in_store = existing(outside) if existing is not None and outside else {}
         problems = {
             m.id: self._deferred_problem(m, known, in_store, existing is not None)
@@ -509,10 +512,17 @@ def _read_memory(
     updated_at = fields.optional("updated_at", _timestamp, None) or created_at
 
     memory_id = explicit_id
-    if fields.record.get("id") is None and None not in (namespace, content, created_at):
+    if (
+        fields.record.get("id") is None
+        and namespace is not None
+        and content is not None
+        and created_at is not None
+    ):
         memory_id = derive_id(namespace, content, created_at)
     if fields.problems or memory_id is None:
         return memory_id, None
+    # No problem recorded: every required field was read.
+    assert namespace is not None and content is not None and metadata is not None
     memory = _Memory(
         id=memory_id,
         namespace=namespace,

@@ -7,6 +7,8 @@ shows them as resource config."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import dagster as dg
 
 from engram_pipelines.config.model import ANALYSES, Config, load_config, store_url, warehouse_path
@@ -51,7 +53,8 @@ def build_definitions(
         assets=_with_switches(
             with_partitions(
                 [
-                    *dg.load_assets_from_modules(modules),
+                    # The modules define @asset functions only (no source assets or specs).
+                    *cast(list[dg.AssetsDefinition], dg.load_assets_from_modules(modules)),
                     *similarity.sharded_assets(config.execution.shard_count),
                 ],
                 partitions_def,

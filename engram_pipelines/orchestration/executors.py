@@ -8,7 +8,7 @@ dagster-dask's own `query_on_dask_worker`.
 """
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import dagster as dg
 import dask.distributed
@@ -93,7 +93,8 @@ class SealedDaskExecutor(DaskExecutor):
     },
 )
 def dask_executor(init_context: dg.InitExecutorContext) -> SealedDaskExecutor:
-    ((cluster_type, cluster_configuration),) = init_context.executor_config["cluster"].items()
+    cluster = cast(dict[str, Any], init_context.executor_config["cluster"])  # a Selector: exactly one key
+    ((cluster_type, cluster_configuration),) = cluster.items()
     return SealedDaskExecutor(cluster_type, cluster_configuration)
 
 

@@ -1,5 +1,7 @@
 """Knowledge: semantic extraction, compression, associations, temporal edges and link garbage collection."""
 
+from typing import Any
+
 import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,7 +26,7 @@ from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitio
 from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.warehouse.tables import Warehouse
 
-_COMMON = {
+_COMMON: dict[str, Any] = {
     "partitions_def": as_of_partitions,
     "group_name": "analysis",
     "kinds": {"duckdb", "parquet"},

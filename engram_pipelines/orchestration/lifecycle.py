@@ -291,7 +291,7 @@ def decay_preview(
 ) -> dg.MaterializeResult:
     import datetime as dt
 
-    from engram_pipelines.analyses.lifecycle.decay_preview import (
+    from engram_pipelines.reports.decay_preview import (
         FALLING_OFF_SCHEMA,
         preview_decay,
         score_distribution_png,

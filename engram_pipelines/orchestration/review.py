@@ -1,7 +1,7 @@
 """Review in the orchestrator: approve, apply or revert a change set from the Dagster UI.
 
 The `review` job has one op configured in the launchpad (`ops: review_change_set: config: {change_set_id,
-action, actor}`); it does what `engram-pipelines approve` / `apply` / `revert` do, through the same Python API,
+action, actor}`); it does what `engram-pipelines approve` / `apply` / `revert` do, through the same functions,
 with the run's log showing the apply's progress and its outcome in the op's metadata. The change set's
 materialisation links the review page to read first.
 """
@@ -11,7 +11,8 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from engram_pipelines import api
+from engram_pipelines.changes.apply import apply_change_set
+from engram_pipelines.changes.revert import approve_change_set, revert_change_set
 from engram_pipelines.core.progress import LogProgress
 from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
 
@@ -44,18 +45,18 @@ def review_change_set(
     outcome: dict = {"change_set_id": config.change_set_id, "action": config.action, "actor": config.actor}
     with store.open() as live:
         if config.action == "revert":
-            outcome["revert"] = api.revert(live, config.change_set_id, actor=config.actor).as_dict()
+            outcome["revert"] = revert_change_set(live, config.change_set_id, actor=config.actor).as_dict()
         if config.action in ("approve", "approve_and_apply"):
-            api.approve(live, config.change_set_id, actor=config.actor, warehouse=wh_root)
+            approve_change_set(live, config.change_set_id, actor=config.actor, warehouse_root=wh_root)
             outcome["approved"] = True
         if config.action in ("apply", "approve_and_apply"):
-            result = api.apply(
+            result = apply_change_set(
                 live,
                 config.change_set_id,
                 actor=config.actor,
                 batch_size=engram_config.load().apply.batch_size,
                 progress=LogProgress(context.log),
-                warehouse=wh_root,
+                warehouse_root=wh_root,
             )
             outcome["apply"] = result.as_dict()
         record = live.get_change_set(config.change_set_id)

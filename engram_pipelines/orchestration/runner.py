@@ -137,7 +137,8 @@ def _execute_out_of_process(
     """Runs the job on its executor (local processes or Dask): steps rebuild it with `job_for(job, ...)`."""
     import dagster as dg
 
-    recon = dg.build_reconstructable_job(module, "job_for", reconstructable_args=(job, *location_args))
+    args: tuple[Any, ...] = (job, *location_args)
+    recon = dg.build_reconstructable_job(module, "job_for", reconstructable_args=args)
     tags = {"dagster/partition": as_of.isoformat()}
     with contextlib.ExitStack() as stack:
         if os.environ.get("DAGSTER_HOME"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import matplotlib
 
@@ -33,7 +33,7 @@ def markdown_image(png: bytes, alt: str) -> str:
 INLINE_LIMIT = 1000
 
 
-def inline_bars(counts: dict[str, float], *, width: int = 16, limit: int = 12) -> str:
+def inline_bars(counts: Mapping[str, float], *, width: int = 16, limit: int = 12) -> str:
     """A Markdown table with one bar per key (block characters, scaled to the largest value), under the UI's
     inline limit: the largest `limit` keys in the order given, then a "+ N more" row."""
     shown = list(counts.items())[:limit]
@@ -59,7 +59,7 @@ def score_bands(scores: np.ndarray, bands: int = 10) -> dict[str, int]:
 
 def score_histogram(scores: np.ndarray, *, threshold: float, title: str) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.4), dpi=110)
-    ax.hist(scores[np.isfinite(scores)], bins=np.linspace(0, 1, 41), color=BLUE)
+    ax.hist(scores[np.isfinite(scores)], bins=np.linspace(0, 1, 41).tolist(), color=BLUE)
     ax.axvline(threshold, color=GREY, linestyle="--", linewidth=1)
     ax.text(threshold, ax.get_ylim()[1] * 0.95, f" stale < {threshold}", fontsize=8, va="top")
     ax.set(xlabel="decay score", ylabel="memories", title=title)
@@ -72,8 +72,8 @@ def score_overlay(
     """Two score distributions over each other (the decay preview's now vs then)."""
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
     bins = np.linspace(0, 1, 41)
-    ax.hist(now, bins=bins, alpha=0.6, label=labels[0], color=BLUE)
-    ax.hist(then, bins=bins, alpha=0.6, label=labels[1], color=ORANGE)
+    ax.hist(now, bins=bins.tolist(), alpha=0.6, label=labels[0], color=BLUE)
+    ax.hist(then, bins=bins.tolist(), alpha=0.6, label=labels[1], color=ORANGE)
     ax.axvline(threshold, color=GREY, linestyle="--", linewidth=1)
     ax.text(threshold, ax.get_ylim()[1] * 0.95, f" stale < {threshold}", fontsize=8, va="top")
     ax.set(xlabel="decay score", ylabel="memories", title=title)
@@ -85,7 +85,7 @@ def similarity_histogram(scores: np.ndarray, thresholds: dict[str, float]) -> by
     """Pair cosines with each configured threshold drawn and named."""
     fig, ax = plt.subplots(figsize=(7, 3.4), dpi=110)
     low = min([*thresholds.values(), float(scores.min()) if scores.size else 1.0])
-    ax.hist(scores, bins=np.linspace(low, 1.0, 40), color=BLUE)
+    ax.hist(scores, bins=np.linspace(low, 1.0, 40).tolist(), color=BLUE)
     top = ax.get_ylim()[1]
     for i, (name, value) in enumerate(sorted(thresholds.items(), key=lambda kv: kv[1])):
         ax.axvline(value, color=ORANGE, linestyle="--", linewidth=1)
@@ -96,8 +96,8 @@ def similarity_histogram(scores: np.ndarray, thresholds: dict[str, float]) -> by
 
 def cluster_sizes(sizes: Sequence[int], title: str) -> bytes:
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
-    values, counts = np.unique(np.asarray(sizes, dtype=int), return_counts=True) if len(sizes) else ([], [])
-    ax.bar([str(v) for v in values], counts, color=BLUE)
+    values, counts = np.unique(np.asarray(sizes, dtype=int), return_counts=True)
+    ax.bar([str(v) for v in values.tolist()], counts.tolist(), color=BLUE)
     ax.set(xlabel="members per cluster (canonical + losers)", ylabel="clusters", title=title)
     return _png(fig)
 

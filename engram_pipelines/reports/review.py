@@ -99,7 +99,9 @@ def _view(members: list[dict[str, Any]], memories: dict[str, dict[str, Any]]) ->
         rest = [r for r in members if r is not created]
         return _ClusterView("summary (new)", created["target_id"], text, "archived into it", rest, [])
     canonical = _canonical_of(members)
-    tags = next((json.loads(r["patch"]).get("tags", []) for r in members if r["target_id"] == canonical), [])
+    tags: list[str] = next(
+        (json.loads(r["patch"]).get("tags", []) for r in members if r["target_id"] == canonical), []
+    )
     rest = [r for r in members if r["target_id"] != canonical]
     return _ClusterView("canonical", canonical, _content(memories, canonical), "loser", rest, tags)
 

@@ -870,7 +870,7 @@ class Store(ABC):
         return landed
 
     def _link_batch_rows(self, writes: Sequence[LinkWrite], at: dt.datetime) -> list[tuple]:
-        rows = []
+        rows: list[tuple] = []
         # `at` as the JSON documents write it, formatted once: it is in every `after` document, twice.
         at_text = format_timestamp(at)
         for seq, w in enumerate(writes):
@@ -1148,7 +1148,7 @@ class Store(ABC):
 
     def restore_preimage(self, preimage: dict[str, Any], *, actor: str, reason: str) -> bool:
         """Re-insert a deleted memory from its audit pre-image under its original id; False if it exists."""
-        row = {c: preimage.get(c) for c in records.MEMORY_COLUMNS}
+        row: dict[str, Any] = {c: preimage.get(c) for c in records.MEMORY_COLUMNS}
         for column in TIMESTAMP_COLUMNS:
             if row[column] is not None:
                 row[column] = (
@@ -1219,7 +1219,8 @@ def embedding_array(blobs: Sequence[bytes | None], dim: int, dtype: str = "<f4")
     valid = np.fromiter((b is not None and len(b) == width for b in blobs), dtype=bool, count=len(blobs))
     filler = b"\x00" * width
     flat = np.frombuffer(
-        b"".join(b if ok else filler for b, ok in zip(blobs, valid, strict=True)), dtype=dtype
+        b"".join(b if b is not None and ok else filler for b, ok in zip(blobs, valid, strict=True)),
+        dtype=dtype,
     )
     values = pa.array(flat.astype(np.float32, copy=False), type=pa.float32())
     return pa.FixedSizeListArray.from_arrays(values, dim, mask=pa.array(~valid))

@@ -311,7 +311,7 @@ class PostgresStore(Store):
             f"{c}::text" if c in JSON_COLUMNS else raw_embedding if c == "embedding" else c for c in columns
         ]
         with self._stream("engram_snapshot") as cur:
-            cur.itersize = batch_size
+            cur.itersize = batch_size  # type: ignore[attr-defined]  # a named stream: a ServerCursor
             cur.execute(f"SELECT {', '.join(select)} FROM memories ORDER BY id")
             while rows := cur.fetchmany(batch_size):
                 cols = list(zip(*rows, strict=True))

@@ -393,13 +393,14 @@ def _compile_quantities(raw: Mapping[str, Any], source: str):
     if number_words:
         number_patterns.append(r"\b(?:" + _relation_alternation(number_words) + r")\b")
     sections.append(("number", number_patterns))
-    alternatives, kinds = [], {}
+    alternatives: list[str] = []
+    kinds: dict[str, str] = {}
     for kind, patterns in sections:
         for pattern in patterns:
             for placeholder, alternation in expansions.items():
                 pattern = pattern.replace(placeholder, alternation)
             outer = f"q{len(alternatives)}"
-            renamed = re.sub(r"\(\?P<(\w+)>", lambda m, o=outer: f"(?P<{o}_{m.group(1)}>", pattern)
+            renamed = re.sub(r"\(\?P<(\w+)>", rf"(?P<{outer}_\1>", pattern)
             alternatives.append(f"(?P<{outer}>{renamed})")
             kinds[outer] = kind
     # Text without a digit is only scanned when it has one of these words (most memories have neither).

@@ -248,7 +248,7 @@ def _constant_reasons(cfg: Config) -> pa.Array:
     """The reason of each outcome where nothing changes, indexed like _OUTCOMES (transitions: spelled out by
     _transition_reasons). Rendered by DuckDB like those, so a threshold like 1e-05 reads the same in both."""
     t = cfg.decay.stale_threshold
-    ((ok, stale),) = duckdb.sql(f"SELECT 'score >= ' || {t!r}, 'score < ' || {t!r}").fetchall()
+    ((ok, stale),) = duckdb.execute(f"SELECT 'score >= ' || {t!r}, 'score < ' || {t!r}").fetchall()
     return pa.array(["block", "pinned floor", ok, stale, "", ""])
 
 
@@ -439,7 +439,7 @@ def decay_scores(
 
     def scored(effective: Config, rows: pa.Table, name: str) -> pa.Table:
         cached = cue_cache is not None and _uses_engram(effective.decay)
-        if cached:
+        if cue_cache is not None and cached:
             rows = rows.append_column("content_cue", _content_cues(rows, effective.decay, cue_cache, pending))
         con.register(name, rows.append_column("pos", pa.array(np.arange(rows.num_rows, dtype=np.int64))))
         found = con.sql(_group_sql(effective, name, as_of, content_cue_column=cached)).to_arrow_table()

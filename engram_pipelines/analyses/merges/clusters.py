@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,7 +175,7 @@ class _Graph:
 
 
 def star_clusters(
-    pairs: pa.Table, memories: pa.Table, *, prefix: str, excluded_ids: set[str] = frozenset()
+    pairs: pa.Table, memories: pa.Table, *, prefix: str, excluded_ids: Set[str] = frozenset()
 ) -> list[Cluster]:
     """Clusters over `pairs` (already limited to one band), settled so that a second pass finds nothing.
 

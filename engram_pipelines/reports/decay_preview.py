@@ -139,6 +139,7 @@ def score_distribution_png(preview: DecayPreview, stale_threshold: float) -> byt
     """Histogram of decay scores now vs at the preview date, with the stale threshold drawn."""
     from engram_pipelines.reports.plots import score_overlay
 
+    assert preview.scores_now is not None and preview.scores_then is not None, "a preview computes both"
     return score_overlay(
         preview.scores_now["score"].drop_null().to_numpy(),
         preview.scores_then["score"].drop_null().to_numpy(),
