@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
+from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.demo.loader import load_demo
 from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store
@@ -68,6 +70,44 @@ def test_pinned_rows_survive_every_step_of_the_nightly(demo_store, tmp_path: Pat
     assert all(r["zone"] == "active" and r["superseded_by"] is None and not r["stale"] for r in rows.values())
 
 
+def test_a_config_edited_mid_run_does_not_split_the_night(demo_store, tmp_path: Path, monkeypatch):
+    """The run's first step freezes the configuration; a later step reads that copy, not the edited file."""
+    from engram_pipelines.orchestration import ingest
+
+    config_file = tmp_path / "engram.yaml"
+    config_file.write_text("decay:\n  stale_threshold: 0.15\n")
+    take_snapshot = ingest.take_snapshot
+
+    def snapshot_then_edit(*args, **kwargs):
+        result = take_snapshot(*args, **kwargs)
+        # Mid-run, someone switches the lifecycle analyses off.
+        config_file.write_text("analyses:\n  decay_scores: {enabled: false}\n  retention: {enabled: false}\n")
+        return result
+
+    monkeypatch.setattr(ingest, "take_snapshot", snapshot_then_edit)
+    warehouse = tmp_path / "warehouse"
+    run = execute_job(
+        "nightly", AS_OF, store=demo_store, warehouse=str(warehouse), config_path=str(config_file)
+    )
+    assert run["success"], run.get("error")
+    frozen = yaml.safe_load((warehouse / "runs" / run["run_id"] / "config.yaml").read_text())
+    assert frozen["analyses"] == {} and frozen["decay"]["stale_threshold"] == 0.15
+    # The change set was composed under the frozen configuration: the lifecycle's transitions are in it.
+    assert run["steps"]["decay_scores"]["transitions"] > 0
+    assert (
+        run["steps"]["change_set"]["config_fingerprint"]
+        == run["steps"]["memory_snapshot"]["config_fingerprint"]
+    )
+    with open_store(demo_store) as store:
+        auto = run["steps"]["change_set"]["auto_change_set"]
+        sources = set(
+            load_change_set(store, auto, ["source"], warehouse_root=warehouse)[1]["source"].to_pylist()
+        )
+        fingerprints = {rec.config_fingerprint for rec in store.list_change_sets()}
+    assert {"decay_scores", "retention"} <= {s for joined in sources for s in joined.split(",")}
+    assert fingerprints == {run["steps"]["memory_snapshot"]["config_fingerprint"]}
+
+
 def test_the_asset_graph_snapshot():
     from engram_pipelines.orchestration.definitions import build_definitions
 
@@ -87,6 +127,20 @@ def test_the_asset_graph_snapshot():
     assert snapshot == expected, "asset graph changed; if intended, rerun with ENGRAM_UPDATE_SNAPSHOTS=1"
     checks = {c.name for c in graph.asset_check_keys}
     assert checks == CHECKS
+
+
+def test_asset_descriptions_state_the_configured_thresholds(tmp_path: Path):
+    from engram_pipelines.orchestration.definitions import build_definitions
+
+    config = tmp_path / "engram.yaml"
+    config.write_text("similarity:\n  merge_threshold: 0.88\nretention:\n  archive_grace_days: 45\n")
+    defs = build_definitions(store="sqlite:///:memory:", warehouse=str(tmp_path), config_path=str(config))
+    graph = defs.resolve_asset_graph()
+    described = {k.to_user_string(): graph.get(k).description or "" for k in graph.get_all_asset_keys()}
+    assert "[0.88, 0.97)" in described["consolidation"]
+    assert "(45.0 days)" in described["retention"]
+    assert "(0.7, every member" in described["semantic"]  # a default, stated as such
+    assert not [name for name, text in described.items() if "{config." in text]
 
 
 def test_a_second_consolidate_on_the_applied_store_proposes_nothing(demo_store, tmp_path: Path):

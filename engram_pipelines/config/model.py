@@ -520,6 +520,25 @@ class Config(_Section):
         ).hexdigest()[:16]
 
 
+def frozen_config(copy: Path, config_path: str | Path | None = None) -> Config:
+    """The configuration frozen at `copy`: its first caller loads it (the file and the environment) and writes
+    it there, every later caller reads that copy. One run's steps (several processes, possibly several machines
+    sharing the warehouse) so see one configuration even if the file is edited while the run goes on."""
+    if not copy.exists():
+        # YAML, not JSON: an infinite half-life (archival rows never decay) has no JSON number.
+        text = yaml.safe_dump(load_config(config_path).model_dump(mode="python"), sort_keys=True)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        draft = copy.with_name(f"{copy.name}.{os.getpid()}.draft")
+        draft.write_text(text)
+        try:
+            os.link(draft, copy)  # atomic, and never replaces: of two first callers, one copy wins
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    return Config.model_validate(yaml.safe_load(copy.read_text()))
+
+
 # Seed environment variables (and a few of ours) -> (section path, type). Days/seconds converted below.
 ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], type]] = {
     "MEMORY_IMPORTANCE_HALF_LIFE_DAYS": (("decay", "engram", "half_life_days"), float),

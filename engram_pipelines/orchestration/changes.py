@@ -82,7 +82,7 @@ def change_set(
     warehouse: WarehouseResource,
     engram_config: EngramConfigResource,
 ) -> dg.MaterializeResult:
-    config = engram_config.load()
+    config = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
     with store.open() as live:
@@ -119,6 +119,7 @@ def change_set(
         metadata={
             **standard(CHANGE_SCHEMA, both.num_rows),
             "dagster/column_lineage": column_lineage(_CHANGE_SET_LINEAGE),
+            "config_fingerprint": config.fingerprint(),
             "auto_change_set": sets["auto"][0].change_set_id,
             "gated_change_set": sets["gated"][0].change_set_id,
             "held_change_set": sets["held"][0].change_set_id,
@@ -232,7 +233,7 @@ def applied_changes(
     warehouse: WarehouseResource,
     engram_config: EngramConfigResource,
 ) -> dg.MaterializeResult:
-    config = engram_config.load()
+    config = engram_config.for_run(warehouse.get())
     wh = warehouse.get()
     pointer = wh.read_run_pointer(as_of_date(context), _job(context))
     results = {}

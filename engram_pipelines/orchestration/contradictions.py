@@ -35,12 +35,13 @@ _CONTRADICTIONS_LINEAGE: Lineage = {
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
     description=(
-        "Contradiction candidates from three sources: similar pairs in the band [0.80, 0.97) "
+        "Contradiction candidates from three sources: similar pairs in the band [{config.similarity.contradiction_threshold}, "
+        "{config.similarity.contradiction_threshold_max}) "
         "(MEMORY_CONTRADICTION_THRESHOLD[_MAX]); a structural DuckDB join on parsed (namespace, subject, relation) "
         "with differing values, whatever the cosine; explicit metadata.contradicts links. Confirmed by "
         "deterministic rules, in order: negation asymmetry, change indicator in the newer row, polar opposites, "
         "value swap (relational and copular forms), numeric and time values (word lists in "
-        "contradiction_rules.yaml). Policy flag (default, auto): both rows marked contradictionWith and a "
+        "contradiction_rules.yaml). Policy ({config.contradiction.policy} here) flag (auto): both rows marked contradictionWith and a "
         "contradicts link; supersede (gated): the older row is superseded by the newer. Rows of a contradiction "
         "are never merged by the duplicate or consolidation steps."
     ),
@@ -48,7 +49,7 @@ _CONTRADICTIONS_LINEAGE: Lineage = {
 def contradictions(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
 ) -> dg.MaterializeResult:
-    config = engram_config.load()
+    config = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
     memories = wh.read_table(

@@ -7,7 +7,8 @@ shows them as resource config."""
 
 from __future__ import annotations
 
-from typing import cast
+import re
+from typing import Any, cast
 
 import dagster as dg
 
@@ -79,14 +80,34 @@ def _value(setting: Setting) -> str | None:
     return setting.get_value() if isinstance(setting, dg.EnvVar) else setting
 
 
+_SETTING = re.compile(r"\{config\.([a-z_.]+)\}")
+
+
+def with_settings(description: str, config: Config) -> str:
+    """A description's `{config.section.field}` placeholders filled with the run's values, so the UI states the
+    thresholds in force rather than the defaults (a misspelt setting fails here, when the graph is built)."""
+
+    def value(match: re.Match[str]) -> str:
+        found: Any = config
+        for part in match.group(1).split("."):
+            found = getattr(found, part)
+        return str(found)
+
+    return _SETTING.sub(value, description)
+
+
 def _with_switches(assets: list[dg.AssetsDefinition], config: Config) -> list[dg.AssetsDefinition]:
-    """Each analysis asset's metadata says its switch (config `analyses`), as the UI shows it."""
+    """Each asset's description with the configured thresholds, and each analysis asset's metadata saying its
+    switch (config `analyses`), as the UI shows them."""
 
     def annotate(spec: dg.AssetSpec) -> dg.AssetSpec:
         name = spec.key.to_user_string()
+        described = with_settings(spec.description, config) if spec.description else spec.description
         if name not in ANALYSES:
-            return spec
-        return spec.replace_attributes(metadata={**spec.metadata, "switch": describe(config, name)})
+            return spec.replace_attributes(description=described)
+        return spec.replace_attributes(
+            description=described, metadata={**spec.metadata, "switch": describe(config, name)}
+        )
 
     return [a.map_asset_specs(annotate) for a in assets]
 

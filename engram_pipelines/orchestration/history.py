@@ -41,7 +41,7 @@ def history(
     warehouse: WarehouseResource,
     engram_config: EngramConfigResource,
 ) -> dg.MaterializeResult:
-    config = engram_config.load()
+    config = engram_config.for_run(warehouse.get())
     days = [dt.date.fromisoformat(key) for key in context.partition_keys]
     dim = config.snapshot.embedding_dim
     with store.open() as live:  # one read of the corpus for the whole range

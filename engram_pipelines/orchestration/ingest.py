@@ -31,7 +31,8 @@ def memory_snapshot(
     warehouse: WarehouseResource,
     engram_config: EngramConfigResource,
 ) -> dg.MaterializeResult:
-    config = engram_config.load()
+    config = engram_config.for_run(warehouse.get())
+    context.log.info(f"configuration {config.fingerprint()} frozen for this run")
     as_of = as_of_date(context)
     with store.open() as live:
         # A set whose apply was killed is finished first: a night never reads a half-applied store.
@@ -67,6 +68,7 @@ def memory_snapshot(
             **standard(records.memory_schema(config.snapshot.embedding_dim), result.memories),
             "quarantined": result.quarantined,
             "vectors_dropped": result.vectors_dropped,
+            "config_fingerprint": config.fingerprint(),
             "invalid_fraction": float(result.invalid_fraction),
             "links": result.links,
             "resumed_change_sets": dg.MetadataValue.json([r.as_dict() for r in resumed_sets]),
@@ -88,7 +90,7 @@ def memory_snapshot(
 def snapshot_invalid_fraction(
     context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
 ) -> dg.AssetCheckResult:
-    limit = engram_config.load().snapshot.max_invalid_fraction
+    limit = engram_config.for_run(warehouse.get()).snapshot.max_invalid_fraction
     wh = warehouse.get()
     as_of = as_of_date(context)
     valid = wh.read_table("memories", as_of, columns=["id"]).num_rows

@@ -97,11 +97,12 @@ _SEMANTIC_LINEAGE: Lineage = {
     deps=inputs_of("semantic"),
     description=(
         "Semantic extraction (seed 003), deterministic: clusters of visible, uncontradicted episodic rows that "
-        "state knowledge (not chit-chat) at >= semantic.cluster_similarity_threshold (0.7, every member to every "
-        "other) with >= 2 sources from >= 2 contexts and context variability (distinct conversation/project pairs "
-        "/ size) >= 0.5 become a semantic row (the most informative source's text, derived-from links) or reinforce "
+        "state knowledge (not chit-chat) at >= semantic.cluster_similarity_threshold ({config.semantic.cluster_similarity_threshold}, every member to "
+        "every other) with >= 2 sources from >= 2 contexts and context variability (distinct conversation/project "
+        "pairs / size) >= {config.semantic.context_variability_threshold} become a semantic row (the most informative source's text, derived-from links) or reinforce "
         "the node they match. ICD 203 tiers raw / corroborated / assessed / baseline with dual-axis confidence "
-        "(probability, confidence), single-source ceiling 0.6, anti-anchoring after 30 days (x0.95 per cycle), "
+        "(probability, confidence), single-source ceiling {config.semantic.single_source_ceiling}, anti-anchoring after "
+        "{config.semantic.stale_threshold_days} days (x{config.semantic.stale_decay_rate} per cycle), "
         "dissent kept on the node, cascade on source loss, semanticCompressed marks. Class auto."
     ),
     **_COMMON,
@@ -109,7 +110,8 @@ _SEMANTIC_LINEAGE: Lineage = {
 def semantic(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
 ) -> dg.MaterializeResult:
-    config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
+    as_of, wh = as_of_date(context), warehouse.get()
+    config = engram_config.for_run(wh)
     # Tonight's collapses and zone moves count already: one night settles what a second would otherwise redo.
     retention = applied_tonight(config, "retention", wh.read_table("retention", as_of))
     duplicates = applied_tonight(config, "duplicates", wh.read_table("duplicates", as_of))
@@ -159,7 +161,8 @@ _COMPRESSION_LINEAGE: Lineage = {
     deps=inputs_of("compression"),
     description=(
         "Compression (seed 001): clusters of related low-value memories (importance <= compression.max_importance, "
-        "decay score <= compression.max_score, >= 3 members at >= 0.75) become one summary row whose content is an "
+        "{config.compression.max_importance}, decay score <= {config.compression.max_score}, >= {config.compression.min_cluster_size} members at "
+        ">= {config.compression.similarity_threshold}) become one summary row whose content is an "
         "extractive summary of its members; members are archived with summarized-into links. Pinned, important "
         "and contradicted rows are never compressed. Class gated: applied only after approve."
     ),
@@ -168,7 +171,8 @@ _COMPRESSION_LINEAGE: Lineage = {
 def compression_asset(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
 ) -> dg.MaterializeResult:
-    config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
+    as_of, wh = as_of_date(context), warehouse.get()
+    config = engram_config.for_run(wh)
     result, intents = compression(
         wh.read_memories(as_of),
         wh.read_table("similarity_pairs", as_of),
@@ -204,15 +208,16 @@ _ASSOCIATIONS_LINEAGE: Lineage = {
     deps=inputs_of("associations"),
     description=(
         "Associations (seed 001): pairs related but below the merge band ([similarity.association_threshold, "
-        "similarity.merge_threshold) = [0.70, 0.85)) that are not linked yet get an associated link weighted by "
-        "the cosine, at most similarity.association_top_k (5) per memory. Class auto."
+        "similarity.merge_threshold) = [{config.similarity.association_threshold}, {config.similarity.merge_threshold})) that are not linked yet get an associated link weighted by "
+        "the cosine, at most similarity.association_top_k ({config.similarity.association_top_k}) per memory. Class auto."
     ),
     **_COMMON,
 )
 def associations_asset(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
 ) -> dg.MaterializeResult:
-    config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
+    as_of, wh = as_of_date(context), warehouse.get()
+    config = engram_config.for_run(wh)
     result, intents = associations(
         wh.read_memories(as_of),
         wh.read_table("links", as_of),
@@ -248,17 +253,19 @@ _TEMPORAL_LINEAGE: Lineage = {
 @dg.asset(
     deps=inputs_of("temporal"),
     description=(
-        "Temporal edges (seed 003): each cycle multiplies temporal link weights by temporal.decay_rate (0.95), "
-        "by temporal.traversal_boost (1.2) more when traversed since, and prunes those below 0.05; for historical "
-        "corpora builds the missing edges between consecutive memories of a conversation (3 neighbours, forward "
-        "weight above backward). Class auto."
+        "Temporal edges (seed 003): each cycle multiplies temporal link weights by temporal.decay_rate "
+        "({config.temporal.decay_rate}), by temporal.traversal_boost ({config.temporal.traversal_boost}) more when traversed since, and prunes "
+        "those below {config.temporal.prune_threshold}; for historical "
+        "corpora builds the missing edges between consecutive memories of a conversation ({config.temporal.neighbor_k} neighbours, "
+        "forward weight {config.temporal.forward_weight}, backward {config.temporal.backward_weight}). Class auto."
     ),
     **_COMMON,
 )
 def temporal(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
 ) -> dg.MaterializeResult:
-    config, as_of, wh = engram_config.load(), as_of_date(context), warehouse.get()
+    as_of, wh = as_of_date(context), warehouse.get()
+    config = engram_config.for_run(wh)
     result, intents = temporal_edges(
         wh.read_memories(as_of), wh.read_table("links", as_of), config, end_of_day(as_of)
     )

@@ -80,7 +80,7 @@ _DECAY_LINEAGE: Lineage = {
     description=(
         "Decay score of every memory as of the partition's end (policies engram, halflife, ebbinghaus, per "
         "namespace and kind; see docs/configuration.md). Blocks are exempt; pinned rows keep the pinned floor. "
-        "Proposes the stale mark (score below decay.stale_threshold; metadata only, the row still recalls) and "
+        "Proposes the stale mark (score below decay.stale_threshold, {config.decay.stale_threshold}; metadata only, the row still recalls) and "
         "lifts it from rows that recovered: only transitions, so a score drifting by a day writes nothing. "
         "Columns: score and age_days derive from created_at/last_accessed_at, access_count, content, tags, "
         "importance and pinned of memory_snapshot."
@@ -89,7 +89,7 @@ _DECAY_LINEAGE: Lineage = {
 def decay_scores_asset(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
 ) -> dg.MaterializeResult:
-    config = engram_config.load()
+    config = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
     memories = wh.read_table("memories", as_of, columns=_LIFECYCLE_COLUMNS)
@@ -148,16 +148,16 @@ _PROMOTIONS_LINEAGE: Lineage = {
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
     description=(
-        "Promotions earned by access (seed 000: STM->LTM at promotion.stm_access_threshold accesses and "
-        "importance >= promotion.stm_importance_threshold, highest decay score first within the namespace's LTM "
-        "quota) and episodic->semantic (seed 004: heavy access with high importance, >= 2 referencing "
+        "Promotions earned by access (seed 000: STM->LTM at promotion.stm_access_threshold ({config.promotion.stm_access_threshold}) accesses and "
+        "importance >= promotion.stm_importance_threshold ({config.promotion.stm_importance_threshold}), highest decay score first within the namespace's LTM "
+        "quota) and episodic->semantic (seed 004: heavy access with high importance, >= {config.promotion.semantic_min_inbound_links} referencing "
         "memories, or a critical/permanent tag). Idempotent: a promoted row no longer matches."
     ),
 )
 def promotions_asset(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
 ) -> dg.MaterializeResult:
-    config = engram_config.load()
+    config = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
     table = promotions(
@@ -216,10 +216,12 @@ _RETENTION_LINEAGE: Lineage = {
     kinds={"duckdb", "parquet"},
     owners=["team:data-platform"],
     description=(
-        "Retention zones (seed 001): Active -> Archived (decay score < 0.15 and older than 30 days; or past the "
-        "archive age, never accessed and importance < 0.3; or tagged deprecated) -> PurgeQueue after the archive "
-        "grace period -> purged after the purge grace period (the apply keeps a pre-image so `engram-pipelines "
-        "restore` brings a row back). Importance >= retention.protect_importance (0.8) is never archived by age "
+        "Retention zones (seed 001): Active -> Archived (decay score < {config.retention.archive_score_threshold} and older than "
+        "{config.retention.archive_older_than_days} days; or past the archive age ({config.retention.archive_age_days} days), never accessed "
+        "and importance < {config.retention.archive_max_importance}; or tagged {config.retention.deprecated_tag}) -> PurgeQueue after the archive "
+        "grace period ({config.retention.archive_grace_days} days) -> purged after the purge grace period "
+        "({config.retention.purge_grace_days} days) (the apply keeps a pre-image so `engram-pipelines "
+        "restore` brings a row back). Importance >= retention.protect_importance ({config.retention.protect_importance}) is never archived by age "
         "or score alone; a row promoted tonight is not archived tonight and its age restarts at the promotion. "
         "Pinned rows, blocks and superseded rows are exempt; archived rows accessed since come back. "
         "Per-namespace policies."
@@ -228,7 +230,7 @@ _RETENTION_LINEAGE: Lineage = {
 def retention(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
 ) -> dg.MaterializeResult:
-    config = engram_config.load()
+    config = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
     moves = retention_moves(
@@ -297,7 +299,7 @@ def decay_preview(
         score_distribution_png,
     )
 
-    settings = engram_config.load()
+    settings = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
     now = end_of_day(as_of)

@@ -9,7 +9,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
-from engram_pipelines.config.model import Config, load_config
+from engram_pipelines.config.model import Config, frozen_config, load_config
 from engram_pipelines.store import Store, open_store
 from engram_pipelines.warehouse.tables import Warehouse
 
@@ -51,6 +51,19 @@ class EngramConfigResource(dg.ConfigurableResource):
     """The engram-pipelines configuration file (empty: defaults plus environment overrides)."""
 
     config_path: str = ""
+    _run_id: str | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._run_id = context.run.run_id if context.run is not None else None
 
     def load(self) -> Config:
+        """The file as it is now (for what is not a run's step: definitions, sensors)."""
         return load_config(self.config_path or None)
+
+    def for_run(self, warehouse: Warehouse) -> Config:
+        """The run's configuration: read once, by its first step, and frozen in the warehouse under the run's id
+        (`runs/<run id>/config.yaml`); every later step reads that copy, so an edit mid-run never splits a
+        night across two configurations. Its fingerprint is in each change set and in the steps' metadata."""
+        if self._run_id is None:
+            return self.load()
+        return frozen_config(warehouse.root / "runs" / self._run_id / "config.yaml", self.config_path or None)

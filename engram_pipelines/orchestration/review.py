@@ -54,7 +54,7 @@ def review_change_set(
                 live,
                 config.change_set_id,
                 actor=config.actor,
-                batch_size=engram_config.load().apply.batch_size,
+                batch_size=engram_config.for_run(warehouse.get()).apply.batch_size,
                 progress=LogProgress(context.log),
                 warehouse_root=wh_root,
             )

@@ -23,6 +23,7 @@ DEFINITIONS_MODULE = "engram_pipelines.orchestration.definitions"
 # Metadata keys worth a line in the command-line summary, per step.
 _SUMMARY_KEYS = (
     "dagster/row_count",
+    "config_fingerprint",
     "quarantined",
     "links",
     "namespaces",

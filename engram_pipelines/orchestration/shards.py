@@ -36,7 +36,10 @@ def shard_ops(asset: str, shards: int, step: ShardStep, upstream: tuple[str, ...
             description=f"{asset} for the namespaces of hash shard {shard} of {shards}.",
         )
         def shard_op(context: dg.OpExecutionContext) -> None:
-            wh, config = context.resources.warehouse.get(), context.resources.engram_config.load()
+            wh, config = (
+                context.resources.warehouse.get(),
+                context.resources.engram_config.for_run(context.resources.warehouse.get()),
+            )
             step(context, wh, config, as_of_date(context), shard, shards)
 
         return shard_op
@@ -53,7 +56,10 @@ def combine_op(asset: str, shards: int, step: CombineStep) -> dg.OpDefinition:
         description=f"Combines the {shards} shards of {asset} into its table.",
     )
     def combine(context: dg.OpExecutionContext) -> None:
-        wh, config = context.resources.warehouse.get(), context.resources.engram_config.load()
+        wh, config = (
+            context.resources.warehouse.get(),
+            context.resources.engram_config.for_run(context.resources.warehouse.get()),
+        )
         context.add_output_metadata(step(context, wh, config, as_of_date(context), shards))
 
     return combine

@@ -189,9 +189,9 @@ def sharded_assets(shards: int) -> list[dg.AssetsDefinition]:
         kinds={"parquet", "numpy"},
         owners=["team:data-platform"],
         description=(
-            "Every pair at or above the lowest configured threshold (similarity.association_threshold, 0.70 by "
-            "default) within one namespace and one embedding model, never across: exact blocked matrix products "
-            "for namespaces up to similarity.exact_cutoff rows, a k-means cell join tuned to recall >= 0.99 above "
+            "Every pair at or above the lowest configured threshold (similarity.association_threshold, "
+            "{config.similarity.association_threshold}) within one namespace and one embedding model, never across: exact blocked matrix products "
+            "for namespaces up to similarity.exact_cutoff ({config.similarity.exact_cutoff}) rows, a k-means cell join tuned to recall >= 0.99 above "
             "it (bench/similarity.py). Plus exact-content twins at score 1.0 (historical corpora never passed "
             "write-time dedup). Columns: score is the cosine of the two rows' vectors. One step per namespace "
             "hash shard (execution.shards), run in parallel by the executor, then a combine step."
@@ -213,7 +213,7 @@ def sharded_assets(shards: int) -> list[dg.AssetsDefinition]:
     owners=["team:data-platform"],
     description=(
         "Duplicate collapse (seed 000's write-time dedup, after the fact): pairs at or above "
-        "similarity.duplicate_threshold (0.97, MEMORY_DUPLICATE_THRESHOLD) and exact-content twins collapse "
+        "similarity.duplicate_threshold ({config.similarity.duplicate_threshold}, MEMORY_DUPLICATE_THRESHOLD) and exact-content twins collapse "
         "into their canonical (the member that contains the others: most content words, then the longer text, "
         "then highest importance, most recent, lowest id), which gets the tag union "
         "and a duplicateMatches annotation; the rest are superseded with a duplicate-of link. Class auto. "
@@ -224,7 +224,7 @@ def sharded_assets(shards: int) -> list[dg.AssetsDefinition]:
 def duplicates(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
 ) -> dg.MaterializeResult:
-    config = engram_config.load()
+    config = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
     memories = wh.read_table("memories", as_of, columns=MERGE_COLUMNS)
@@ -247,7 +247,7 @@ def duplicates(
     owners=["team:data-platform"],
     description=(
         "Corpus consolidation (seeds 000, 002): near-duplicates in [similarity.merge_threshold, "
-        "similarity.duplicate_threshold) = [0.85, 0.97) grouped so that every loser is in the band to its "
+        "similarity.duplicate_threshold) = [{config.similarity.merge_threshold}, {config.similarity.duplicate_threshold}) grouped so that every loser is in the band to its "
         "canonical and to every other loser (no single-link chains) and contained in its canonical (same "
         "subject, names in order, 40% of its content words; no questions): a loser says nothing the canonical "
         "lacks. Canonical: most content words, then the longer text, then importance, recency, id; tag "
@@ -262,7 +262,7 @@ def duplicates(
 def consolidation(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
 ) -> dg.MaterializeResult:
-    config = engram_config.load()
+    config = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
     memories = wh.read_table("memories", as_of, columns=MERGE_COLUMNS)
