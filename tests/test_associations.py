@@ -26,7 +26,8 @@ def rows(*ids: str, **fields: object) -> list[dict]:
 
 
 def run(memories: pa.Table, pairs: pa.Table, links: list[dict] | None = None, config: Config | None = None):
-    return associations(memories, links_table(links or []), pairs, config or Config(), AS_OF)
+    result = associations(memories, links_table(links or []), pairs, config or Config(), AS_OF)
+    return result.table, result.intents
 
 
 def test_a_related_unlinked_pair_gets_an_associated_link_with_the_score_as_weight():
@@ -104,15 +105,15 @@ def test_a_hub_pair_survives_only_in_the_top_k_of_one_of_its_rows():
 def test_a_second_run_on_the_applied_store_proposes_nothing():
     vectors = [direction(a) for a in (0.0, 40.0, 80.0, 120.0)]  # neighbours at cos 0.766, next ones at 0.17
     world = World([episode(f"m{i}", v, f"c{i}") for i, v in enumerate(vectors)])
-    _, intents = associations(world.memories(), world.links_table(), world.pairs(), Config(), AS_OF)
+    intents = associations(world.memories(), world.links_table(), world.pairs(), Config(), AS_OF).intents
     assert [t for _, t in ops(intents)] == ["m0|m1|associated", "m1|m2|associated", "m2|m3|associated"]
     applied = world.apply(intents, AS_OF)
-    _, again = associations(applied.memories(), applied.links_table(), applied.pairs(), Config(), AS_OF)
+    again = associations(applied.memories(), applied.links_table(), applied.pairs(), Config(), AS_OF).intents
     assert again.num_rows == 0
     config = Config.model_validate({"similarity": {"association_top_k": 1}})
-    _, first = associations(world.memories(), world.links_table(), world.pairs(), config, AS_OF)
+    first = associations(world.memories(), world.links_table(), world.pairs(), config, AS_OF).intents
     applied = world.apply(first, AS_OF)
-    _, again = associations(applied.memories(), applied.links_table(), applied.pairs(), config, AS_OF)
+    again = associations(applied.memories(), applied.links_table(), applied.pairs(), config, AS_OF).intents
     assert again.num_rows == 0
 
 

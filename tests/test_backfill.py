@@ -89,10 +89,11 @@ def test_each_backfilled_day_records_its_own_row_counts(tmp_path: Path):
     assert len({rows["decay_scores"] for rows in written.values()}) > 1
 
 
-def test_a_backfilled_day_merges_what_the_nightly_merges(tmp_path: Path):
-    """The backfill chained the merge steps by hand and left out the pairs the nightly excludes as
-    contradictions: "Ana likes green tea" would have been hidden inside "Ana doesn't like green tea"."""
-    from engram_pipelines.night.backfill import backfill
+def test_a_backfilled_day_proposes_what_the_nightly_proposes(tmp_path: Path):
+    """One wiring for both: the same intents for the same day, analysis by analysis. (The backfill chained the
+    merge steps by hand and left out the pairs the nightly excludes as contradictions: "Ana likes green tea"
+    would have been hidden inside "Ana doesn't like green tea".)"""
+    from engram_pipelines.night.backfill import OUTPUT_TABLES, backfill
     from engram_pipelines.orchestration.runner import execute_job
     from tests.conftest import memory
 
@@ -119,6 +120,26 @@ def test_a_backfilled_day_merges_what_the_nightly_merges(tmp_path: Path):
                 )
                 for i, t in enumerate(texts)
             ]
+            # Old, unread and unimportant: goes stale and is archived. Read often: promoted to LTM.
+            + [
+                memory(
+                    f"old{i}",
+                    content=f"a note from the spring, number {i}",
+                    created_at=yesterday - dt.timedelta(days=120),
+                    importance=0.1,
+                )
+                for i in range(3)
+            ]
+            + [
+                memory(
+                    "read",
+                    content="The on-call rota lives in the team calendar",
+                    created_at=yesterday - dt.timedelta(days=2),
+                    importance=0.7,
+                    access_count=6,
+                    last_accessed_at=yesterday,
+                )
+            ]
         )
     night = execute_job("nightly", AS_OF, store=url, warehouse=str(tmp_path / "wh"), config_path=None)
     assert night["success"], night.get("error")
@@ -142,3 +163,16 @@ def test_a_backfilled_day_merges_what_the_nightly_merges(tmp_path: Path):
         steps["consolidation"]["merged"],
     )
     assert replayed["duplicates"] == 1  # the deploy twins, and nothing of Ana's
+    history = Warehouse(tmp_path / "history")
+    for name in OUTPUT_TABLES:
+        nightly = wh.read_proposals(AS_OF, [name])[name].sort_by(
+            [("target_id", "ascending"), ("op", "ascending")]
+        )
+        again = history.read_proposals(AS_OF, [name])[name].sort_by(
+            [("target_id", "ascending"), ("op", "ascending")]
+        )
+        assert again.equals(nightly), name
+    ops = {name: set(wh.read_proposals(AS_OF, [name])[name]["op"].to_pylist()) for name in OUTPUT_TABLES}
+    # Every step of the chain had something to propose.
+    assert {"mark_stale"} <= ops["decay_scores"] and ops["promotions"] and {"move_zone"} <= ops["retention"]
+    assert {"flag_contradiction"} <= ops["contradictions"] and {"supersede"} <= ops["duplicates"]

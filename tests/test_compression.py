@@ -41,13 +41,14 @@ def scores_of(world: World, overrides: dict[str, float] | None = None) -> pa.Tab
 def run(
     world: World, config: Config | None = None, scores: pa.Table | None = None
 ) -> tuple[pa.Table, pa.Table]:
-    return compression(
+    result = compression(
         world.memories(),
         world.pairs(),
         scores if scores is not None else scores_of(world),
         config or Config(),
         AS_OF,
     )
+    return result.table, result.intents
 
 
 def refactor_world() -> World:

@@ -16,7 +16,8 @@ def world(*links: dict, rows: list[dict] | None = None) -> World:
 
 
 def run(w: World, quarantined: pa.Table | None = None):
-    return garbage_links(w.memories(), w.links_table(), AS_OF, quarantined=quarantined)
+    result = garbage_links(w.memories(), w.links_table(), AS_OF, quarantined=quarantined)
+    return result.table, result.intents
 
 
 def deleted(w: World, quarantined: pa.Table | None = None) -> list[str]:
@@ -130,11 +131,11 @@ def test_the_five_analyses_compose_into_change_sets_that_hold_the_invariants():
     config = Config()
     intents = pa.concat_tables(
         [
-            semantic_extraction(memories, links, pairs, vectors, config, AS_OF)[1],
-            compression(memories, pairs, scores, config, AS_OF)[1],
-            associations(memories, links, pairs, config, AS_OF)[1],
-            temporal_edges(memories, links, config, AS_OF)[1],
-            garbage_links(memories, links, AS_OF)[1],
+            semantic_extraction(memories, links, pairs, vectors, config, AS_OF).intents,
+            compression(memories, pairs, scores, config, AS_OF).intents,
+            associations(memories, links, pairs, config, AS_OF).intents,
+            temporal_edges(memories, links, config, AS_OF).intents,
+            garbage_links(memories, links, AS_OF).intents,
         ]
     )
     assert set(intents["source"].to_pylist()) == {"semantic", "associations", "temporal", "gc"}

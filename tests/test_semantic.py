@@ -200,7 +200,7 @@ def _apply_change(
 def run(
     world: World, at: dt.datetime = AS_OF, config: Config | None = None, fading: Sequence[str] = ()
 ) -> tuple[pa.Table, pa.Table]:
-    return semantic_extraction(
+    result = semantic_extraction(
         world.memories(),
         world.links_table(),
         world.pairs(),
@@ -209,6 +209,7 @@ def run(
         at,
         fading=pa.array(list(fading), pa.string()),
     )
+    return result.table, result.intents
 
 
 def state(**fields: Any) -> dict[str, Any]:
@@ -424,9 +425,9 @@ def test_nothing_crosses_a_namespace():
             ),
         ]
     )
-    _, intents = semantic_extraction(
+    intents = semantic_extraction(
         world.memories(), world.links_table(), pairs, world.vectors(), Config(), AS_OF
-    )
+    ).intents
     inserts = [
         json.loads(p)["row"]
         for o, p in zip(intents["op"].to_pylist(), intents["params"].to_pylist(), strict=True)
@@ -577,10 +578,10 @@ def test_node_state_round_trips():
 
 def test_empty_inputs():
     world = World([])
-    result, intents = semantic_extraction(
+    extracted = semantic_extraction(
         world.memories(), world.links_table(), world.pairs(), world.vectors(), Config(), AS_OF
     )
-    assert result.num_rows == 0 and intents.num_rows == 0
+    assert extracted.table.num_rows == 0 and extracted.intents.num_rows == 0
 
 
 def test_the_sources_of_a_hidden_node_stay_claimed():

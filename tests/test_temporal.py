@@ -25,7 +25,8 @@ def plain(memory_id: str, conversation: str | None = None, minutes: int = 0, **f
 
 
 def run(world: World, at: dt.datetime = AS_OF, config: Config | None = None):
-    return temporal_edges(world.memories(), world.links_table(), config or Config(), at)
+    result = temporal_edges(world.memories(), world.links_table(), config or Config(), at)
+    return result.table, result.intents
 
 
 def weights(intents, op: str = "upsert_link") -> dict[str, float]:

@@ -18,17 +18,20 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.analyses.contradictions.policy import find_contradictions
-from engram_pipelines.analyses.lifecycle.decay import decay_scores
-from engram_pipelines.analyses.lifecycle.promotion import promotions
-from engram_pipelines.analyses.lifecycle.retention import retention_moves
 from engram_pipelines.config.model import Config
 from engram_pipelines.core.progress import Progress, SilentProgress
 from engram_pipelines.core.timestamps import end_of_day
-from engram_pipelines.night.wiring import merges_for_day
+from engram_pipelines.night.wiring import (
+    contradictions_for_day,
+    decay_for_day,
+    merges_for_day,
+    promotions_for_day,
+    retention_for_day,
+)
 from engram_pipelines.warehouse.tables import Warehouse
 
-OUTPUT_TABLES = ("decay_scores", "promotions", "retention")
+# The analyses a backfill replays, in the night's order (each writes its table and its proposals per day).
+OUTPUT_TABLES = ("decay_scores", "promotions", "retention", "contradictions", "duplicates", "consolidation")
 
 
 @dataclass
@@ -79,35 +82,42 @@ def backfill(
     *,
     progress: Progress | None = None,
 ) -> BackfillSummary:
-    """Run the lifecycle and merge analyses for every day; write each day's outputs under `output`."""
+    """Replay the night's lifecycle, contradiction and merge analyses for every day (the nightly's own wiring);
+    write each day's tables and proposals under `output`."""
     progress = progress or SilentProgress()
     summary = BackfillSummary()
     progress.start("backfill days", len(days))
     for day in sorted(days):
         at = end_of_day(day)
         state = as_of_state(corpus, day)
-        scores = decay_scores(state, config, at)
         day_links = links.filter(
             pc.less(links["created_at"], pa.scalar(at, links.schema.field("created_at").type))
         )
-        promoted = promotions(state, scores, day_links, config)
-        moves = retention_moves(state, scores, config, at, promoted=promoted["id"].combine_chunks())
         day_pairs = pairs_as_of(pairs, state)
-        # The nightly's own wiring: contradiction pairs never merge, rows leaving Active take no part.
-        contradicting = find_contradictions(state, day_pairs, config).table.select(["left_id", "right_id"])
+        decay = decay_for_day(state, config, at)
+        promoted = promotions_for_day(state, decay.table, day_links, config)
+        moves = retention_for_day(state, decay.table, promoted.table, config, at)
+        contradicting = contradictions_for_day(state, day_pairs, config)
         dup, merge = merges_for_day(
-            day_pairs, state, config, at, contradiction_pairs=contradicting, moves=moves
+            day_pairs,
+            state,
+            config,
+            at,
+            contradiction_pairs=contradicting.table.select(["left_id", "right_id"]),
+            moves=moves.table,
         )
-        written = dict(zip(OUTPUT_TABLES, (scores, promoted, moves), strict=True))
-        for name, table in written.items():
-            output.write_table(name, day, table)
+        results = dict(zip(OUTPUT_TABLES, (decay, promoted, moves, contradicting, dup, merge), strict=True))
+        for name, result in results.items():
+            output.write_table(name, day, result.table)
+            output.write_proposals(name, day, result.intents)
         key = day.isoformat()
         summary.rows_per_day[key] = state.num_rows
-        summary.table_rows_per_day[key] = {name: table.num_rows for name, table in written.items()}
+        summary.table_rows_per_day[key] = {name: result.table.num_rows for name, result in results.items()}
         summary.transitions_per_day[key] = {
-            "became_stale": int(pc.sum(pc.equal(scores["outcome"], "became_stale")).as_py() or 0),
-            "promotions": promoted.num_rows,
-            "zone_moves": moves.num_rows,
+            "became_stale": int(pc.sum(pc.equal(decay.table["outcome"], "became_stale")).as_py() or 0),
+            "promotions": promoted.table.num_rows,
+            "zone_moves": moves.table.num_rows,
+            "contradictions": contradicting.table.num_rows,
             "duplicates": dup.merged,
             "near_duplicates": merge.merged,
         }

@@ -1,25 +1,59 @@
-"""The night's merge wiring, written once: which rows and pairs each merge step leaves out, and in what order.
+"""The night, wired once: what each analysis reads of the ones before it, and which rows and pairs it leaves out.
 
-The nightly assets (`duplicates`, `consolidation`) and the backfill (`history.backfill`) both call these, so a
-replayed day merges exactly what the nightly would have: pairs the contradiction analysis found are never
-merged (a changed value is not a duplicate), rows the night's retention takes out of Active take no part (no
-visible row hides behind an archived canonical), and the consolidation band skips the rows the duplicate
-collapse already took. Retention moves and collapsed duplicates count only where the analysis's switch lets
-them land tonight (`switches.applied_tonight`). The backfill used to chain the steps by hand and left the
-contradiction pairs out.
+The nightly assets and the backfill (`night/backfill.py`) both call these, so a replayed day proposes exactly
+what the nightly would have: decay scores feed promotions, both feed retention; pairs the contradiction analysis
+found are never merged (a changed value is not a duplicate), rows the night's retention takes out of Active take
+no part in a merge (no visible row hides behind an archived canonical), and the consolidation band skips the rows
+the duplicate collapse already took. Retention moves and collapsed duplicates count only where the analysis's
+switch lets them land tonight (`switches.applied_tonight`). Every function returns an analysis's result
+(`AnalysisResult`: its table and its intents).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pyarrow as pa
 
-from engram_pipelines.analyses.lifecycle.retention import leaving_active
-from engram_pipelines.analyses.merges.clusters import clusters_table
+from engram_pipelines.analyses.contradictions.policy import ContradictionResult, find_contradictions
+from engram_pipelines.analyses.lifecycle.decay import CueCache, decay_intents, decay_scores
+from engram_pipelines.analyses.lifecycle.promotion import promotion_intents, promotions
+from engram_pipelines.analyses.lifecycle.retention import leaving_active, retention_intents, retention_moves
 from engram_pipelines.analyses.merges.collapse import MergeResult, collapse_duplicates, consolidate
+from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.config.model import Config
 from engram_pipelines.config.switches import applied_tonight
+
+
+def decay_for_day(
+    memories: pa.Table, config: Config, at: dt.datetime, *, cue_cache: CueCache | None = None
+) -> AnalysisResult:
+    """Every row's decay score at `at`; intents: the stale marks that change tonight."""
+    scores = decay_scores(memories, config, at, cue_cache=cue_cache)
+    return AnalysisResult(table=scores, intents=decay_intents(scores))
+
+
+def promotions_for_day(
+    memories: pa.Table, scores: pa.Table, links: pa.Table, config: Config
+) -> AnalysisResult:
+    """`scores`: the same day's decay table."""
+    table = promotions(memories, scores, links, config)
+    return AnalysisResult(table=table, intents=promotion_intents(table))
+
+
+def retention_for_day(
+    memories: pa.Table, scores: pa.Table, promoted: pa.Table, config: Config, at: dt.datetime
+) -> AnalysisResult:
+    """`scores`, `promoted`: the same day's decay and promotions tables (a row promoted tonight stays)."""
+    moves = retention_moves(memories, scores, config, at, promoted=promoted["id"].combine_chunks())
+    return AnalysisResult(table=moves, intents=retention_intents(moves))
+
+
+def contradictions_for_day(
+    memories: pa.Table, pairs: pa.Table, config: Config, *, cache_root: Path | None = None
+) -> ContradictionResult:
+    return find_contradictions(memories, pairs, config, cache_root=cache_root)
 
 
 def leaving_tonight(config: Config, moves: pa.Table) -> frozenset[str]:
@@ -89,6 +123,6 @@ def merges_for_day(
         at,
         contradiction_pairs=contradiction_pairs,
         moves=moves,
-        duplicates=clusters_table(dup.clusters),
+        duplicates=dup.table,
     )
     return dup, merge

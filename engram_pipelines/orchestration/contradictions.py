@@ -2,8 +2,9 @@
 
 import dagster as dg
 
-from engram_pipelines.analyses.contradictions.policy import CONTRADICTION_SCHEMA, find_contradictions
+from engram_pipelines.analyses.contradictions.policy import CONTRADICTION_SCHEMA
 from engram_pipelines.core.registry import inputs_of
+from engram_pipelines.night.wiring import contradictions_for_day
 from engram_pipelines.orchestration.metadata import Lineage, column_lineage, sample_markdown, standard
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
@@ -57,7 +58,7 @@ def contradictions(
         as_of,
         columns=["id", "namespace", "content", "created_at", "metadata", "superseded_by", "pinned"],
     )
-    result = find_contradictions(
+    result = contradictions_for_day(
         memories, wh.read_table("similarity_pairs", as_of), config, cache_root=wh.root
     )
     wh.write_table("contradictions", as_of, result.table)

@@ -12,6 +12,7 @@ from engram_pipelines.analyses.links.associations import ASSOCIATION_SCHEMA, ass
 from engram_pipelines.analyses.links.gc import GC_SCHEMA, garbage_links
 from engram_pipelines.analyses.links.temporal import TEMPORAL_SCHEMA, temporal_edges
 from engram_pipelines.analyses.projection import project_auto_transitions
+from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.config.switches import applied_tonight
 from engram_pipelines.core.registry import inputs_of
 from engram_pipelines.core.timestamps import end_of_day
@@ -38,22 +39,22 @@ def _finish(
     wh: Warehouse,
     name: str,
     as_of,
-    result: pa.Table,
-    intents: pa.Table,
+    result: AnalysisResult,
     schema: pa.Schema,
     sample: list[str],
     lineage: Lineage,
     **extra,
 ) -> dg.MaterializeResult:
-    wh.write_table(name, as_of, result)
+    table, intents = result.table, result.intents
+    wh.write_table(name, as_of, table)
     wh.write_proposals(name, as_of, intents)
     return dg.MaterializeResult(
         metadata={
-            **standard(schema, result.num_rows),
+            **standard(schema, table.num_rows),
             "dagster/column_lineage": column_lineage(lineage),
             "transitions": intents.num_rows,
             "by_op": dg.MetadataValue.json(value_counts(intents, "op")),
-            "sample": sample_markdown(result, [c for c in sample if c in result.column_names]),
+            "sample": sample_markdown(table, [c for c in sample if c in table.column_names]),
             **extra,
         }
     )
@@ -119,7 +120,7 @@ def semantic(
     fading = retention.filter(
         pc.and_(pc.equal(retention["from_zone"], "active"), pc.equal(retention["to_zone"], "archived"))
     )["id"]
-    result, intents = semantic_extraction(
+    result = semantic_extraction(
         memories,
         wh.read_table("links", as_of),
         wh.read_table("similarity_pairs", as_of),
@@ -133,7 +134,6 @@ def semantic(
         "semantic",
         as_of,
         result,
-        intents,
         SEMANTIC_SCHEMA,
         ["node_id", "namespace", "action", "tier", "confidence", "sources"],
         _SEMANTIC_LINEAGE,
@@ -173,7 +173,7 @@ def compression_asset(
 ) -> dg.MaterializeResult:
     as_of, wh = as_of_date(context), warehouse.get()
     config = engram_config.for_run(wh)
-    result, intents = compression(
+    result = compression(
         wh.read_memories(as_of),
         wh.read_table("similarity_pairs", as_of),
         wh.read_table("decay_scores", as_of),
@@ -185,7 +185,6 @@ def compression_asset(
         "compression",
         as_of,
         result,
-        intents,
         COMPRESSION_SCHEMA,
         ["summary_id", "namespace", "members", "content"],
         _COMPRESSION_LINEAGE,
@@ -218,7 +217,7 @@ def associations_asset(
 ) -> dg.MaterializeResult:
     as_of, wh = as_of_date(context), warehouse.get()
     config = engram_config.for_run(wh)
-    result, intents = associations(
+    result = associations(
         wh.read_memories(as_of),
         wh.read_table("links", as_of),
         wh.read_table("similarity_pairs", as_of),
@@ -230,7 +229,6 @@ def associations_asset(
         "associations",
         as_of,
         result,
-        intents,
         ASSOCIATION_SCHEMA,
         ["namespace", "src_id", "dst_id", "score"],
         _ASSOCIATIONS_LINEAGE,
@@ -266,15 +264,12 @@ def temporal(
 ) -> dg.MaterializeResult:
     as_of, wh = as_of_date(context), warehouse.get()
     config = engram_config.for_run(wh)
-    result, intents = temporal_edges(
-        wh.read_memories(as_of), wh.read_table("links", as_of), config, end_of_day(as_of)
-    )
+    result = temporal_edges(wh.read_memories(as_of), wh.read_table("links", as_of), config, end_of_day(as_of))
     return _finish(
         wh,
         "temporal",
         as_of,
         result,
-        intents,
         TEMPORAL_SCHEMA,
         ["namespace", "src_id", "dst_id", "action", "weight"],
         _TEMPORAL_LINEAGE,
@@ -300,7 +295,7 @@ _GC_LINEAGE: Lineage = {
 )
 def gc(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     as_of, wh = as_of_date(context), warehouse.get()
-    result, intents = garbage_links(
+    result = garbage_links(
         wh.read_memories(as_of),
         wh.read_table("links", as_of),
         end_of_day(as_of),
@@ -311,7 +306,6 @@ def gc(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.Ma
         "gc",
         as_of,
         result,
-        intents,
         GC_SCHEMA,
         ["namespace", "src_id", "dst_id", "kind", "finding"],
         _GC_LINEAGE,

@@ -3,11 +3,12 @@
 import dagster as dg
 import pyarrow.compute as pc
 
-from engram_pipelines.analyses.lifecycle.decay import DECAY_SCHEMA, CueCache, decay_intents, decay_scores
-from engram_pipelines.analyses.lifecycle.promotion import PROMOTION_SCHEMA, promotion_intents, promotions
-from engram_pipelines.analyses.lifecycle.retention import RETENTION_SCHEMA, retention_intents, retention_moves
+from engram_pipelines.analyses.lifecycle.decay import DECAY_SCHEMA, CueCache
+from engram_pipelines.analyses.lifecycle.promotion import PROMOTION_SCHEMA
+from engram_pipelines.analyses.lifecycle.retention import RETENTION_SCHEMA
 from engram_pipelines.core.registry import inputs_of
 from engram_pipelines.core.timestamps import end_of_day
+from engram_pipelines.night.wiring import decay_for_day, promotions_for_day, retention_for_day
 from engram_pipelines.orchestration.metadata import (
     Lineage,
     column_lineage,
@@ -95,8 +96,8 @@ def decay_scores_asset(
     memories = wh.read_table("memories", as_of, columns=_LIFECYCLE_COLUMNS)
     # Content cue boosts are reused across nights from <warehouse>/decay_cues/ (the regexes run on new or
     # edited contents only): the same scores, without most of the cost.
-    scores = decay_scores(memories, config, end_of_day(as_of), cue_cache=CueCache(wh.root / "decay_cues"))
-    intents = decay_intents(scores)
+    decay = decay_for_day(memories, config, end_of_day(as_of), cue_cache=CueCache(wh.root / "decay_cues"))
+    scores, intents = decay.table, decay.intents
     wh.write_table("decay_scores", as_of, scores)
     wh.write_proposals("decay_scores", as_of, intents)
     outcomes = value_counts(scores, "outcome")
@@ -160,13 +161,13 @@ def promotions_asset(
     config = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
-    table = promotions(
+    promoted = promotions_for_day(
         wh.read_table("memories", as_of, columns=_LIFECYCLE_COLUMNS),
         wh.read_table("decay_scores", as_of),
         wh.read_table("links", as_of),
         config,
     )
-    intents = promotion_intents(table)
+    table, intents = promoted.table, promoted.intents
     wh.write_table("promotions", as_of, table)
     wh.write_proposals("promotions", as_of, intents)
     return dg.MaterializeResult(
@@ -233,14 +234,14 @@ def retention(
     config = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
-    moves = retention_moves(
+    retained = retention_for_day(
         wh.read_table("memories", as_of, columns=_LIFECYCLE_COLUMNS),
         wh.read_table("decay_scores", as_of),
+        wh.read_table("promotions", as_of, columns=["id"]),
         config,
         end_of_day(as_of),
-        promoted=wh.read_table("promotions", as_of)["id"].combine_chunks(),
     )
-    intents = retention_intents(moves)
+    moves, intents = retained.table, retained.intents
     wh.write_table("retention", as_of, moves)
     wh.write_proposals("retention", as_of, intents)
     return dg.MaterializeResult(

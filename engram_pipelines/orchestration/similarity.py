@@ -9,7 +9,8 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engram_pipelines.analyses.merges.clusters import CLUSTER_SCHEMA, MERGE_COLUMNS, clusters_table
+from engram_pipelines.analyses.merges.clusters import CLUSTER_SCHEMA, MERGE_COLUMNS
+from engram_pipelines.analyses.merges.collapse import MergeResult
 from engram_pipelines.config.model import Config
 from engram_pipelines.core.progress import LogProgress
 from engram_pipelines.core.registry import inputs_of
@@ -293,9 +294,9 @@ _CLUSTER_LINEAGE: Lineage = {
 }
 
 
-def _merge_result(wh, name: str, as_of, result, title: str, **extra) -> dg.MaterializeResult:
+def _merge_result(wh, name: str, as_of, result: MergeResult, title: str, **extra) -> dg.MaterializeResult:
     """Store a merge step's clusters and intents; its metadata carries seed 000's summary and a plot."""
-    table = clusters_table(result.clusters)
+    table = result.table
     wh.write_table(name, as_of, table)
     wh.write_proposals(name, as_of, result.intents)
     summary = result.summary()

@@ -32,6 +32,7 @@ from engram_pipelines.analyses.contradictions.detect import (
     memory_features,
     structural_candidates,
 )
+from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config
 
@@ -50,10 +51,8 @@ CONTRADICTION_SCHEMA = pa.schema(
 )
 
 
-@dataclass
-class ContradictionResult:
-    table: pa.Table
-    intents: pa.Table
+@dataclass(kw_only=True)
+class ContradictionResult(AnalysisResult):
     candidates_by_source: dict[str, int] = field(default_factory=dict)
     found_by_source: dict[str, int] = field(default_factory=dict)
     by_rule: dict[str, int] = field(default_factory=dict)

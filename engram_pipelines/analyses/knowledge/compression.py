@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.analyses.knowledge.semantic import CoherentCluster, coherent_clusters, rows_by_id
+from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import CompressionConfig, Config
 from engram_pipelines.core.timestamps import format_timestamp
@@ -62,13 +63,13 @@ COMPRESSION_SCHEMA = pa.schema(
 
 def compression(
     memories: pa.Table, pairs: pa.Table, scores: pa.Table, config: Config, at: dt.datetime
-) -> tuple[pa.Table, pa.Table]:
-    """Summaries of clusters of low-importance memories; returns (COMPRESSION_SCHEMA table, gated intents)."""
+) -> AnalysisResult:
+    """Summaries of clusters of low-importance memories; its table has COMPRESSION_SCHEMA, its intents are gated."""
     cfg = config.compression
     eligible = eligible_rows(memories, scores, cfg)
     clusters = settled_clusters(pairs, eligible, cfg)
     if not clusters:
-        return COMPRESSION_SCHEMA.empty_table(), INTENT_SCHEMA.empty_table()
+        return AnalysisResult(table=COMPRESSION_SCHEMA.empty_table(), intents=INTENT_SCHEMA.empty_table())
     facts = rows_by_id(eligible, {m for c in clusters for m in c.members})
     result: list[dict[str, Any]] = []
     intents: list[dict[str, Any]] = []
@@ -78,7 +79,9 @@ def compression(
         summary_id = summary_id_for(cluster.namespace, cluster.members)
         result.extend(_result_rows(cluster, summary_id, facts, {order[i] for i in included}))
         intents.extend(_cluster_intents(cluster, summary_id, content, facts, at))
-    return pa.Table.from_pylist(result, schema=COMPRESSION_SCHEMA), intents_table(intents)
+    return AnalysisResult(
+        table=pa.Table.from_pylist(result, schema=COMPRESSION_SCHEMA), intents=intents_table(intents)
+    )
 
 
 def settled_clusters(pairs: pa.Table, eligible: pa.Table, cfg: CompressionConfig) -> list[CoherentCluster]:

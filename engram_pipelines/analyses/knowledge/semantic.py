@@ -71,6 +71,7 @@ import pyarrow.compute as pc
 
 from engram_pipelines.analyses.knowledge.chitchat import carries_knowledge, informativeness
 from engram_pipelines.analyses.merges.containment import same_fact_pairs
+from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config, SemanticConfig
 from engram_pipelines.core.timestamps import format_timestamp, parse_timestamp
@@ -564,8 +565,8 @@ def semantic_extraction(
     at: dt.datetime,
     *,
     fading: pa.Array | None = None,
-) -> tuple[pa.Table, pa.Table]:
-    """Create, reinforce and maintain semantic nodes; returns (SEMANTIC_SCHEMA table, intents).
+) -> AnalysisResult:
+    """Create, reinforce and maintain semantic nodes; its table has SEMANTIC_SCHEMA.
 
     `memories` may carry tonight's projected transitions; `fading` names the rows that were active when the
     night started and that tonight's retention archives: they still seed (a node keeps what fades).
@@ -587,7 +588,7 @@ def semantic_extraction(
         _maintain(run.nodes[node_id], run)
     _mark_compressed(run, episodic.filter(episodic["live"]))
     works = [run.nodes[n] for n in sorted(run.nodes)]
-    return _result_table(works, run.rejects, cfg), _intents(works, run)
+    return AnalysisResult(table=_result_table(works, run.rejects, cfg), intents=_intents(works, run))
 
 
 def _replaced(memory_id: str, superseded_by: str | None, partners: dict[str, set[str]]) -> bool:

@@ -22,6 +22,7 @@ import datetime as dt
 import duckdb
 import pyarrow as pa
 
+from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config
 from engram_pipelines.core.timestamps import format_timestamp
@@ -42,8 +43,8 @@ ASSOCIATION_SCHEMA = pa.schema(
 
 def associations(
     memories: pa.Table, links: pa.Table, pairs: pa.Table, config: Config, at: dt.datetime
-) -> tuple[pa.Table, pa.Table]:
-    """New `associated` links; returns (ASSOCIATION_SCHEMA table, auto intents)."""
+) -> AnalysisResult:
+    """New `associated` links; its table has ASSOCIATION_SCHEMA, its intents are auto."""
     similarity = config.similarity
     kept = _kept_pairs(
         memories,
@@ -53,7 +54,7 @@ def associations(
         high=similarity.merge_threshold,
         top_k=similarity.association_top_k,
     )
-    return kept, _intents(kept, at)
+    return AnalysisResult(table=kept, intents=_intents(kept, at))
 
 
 def _kept_pairs(

@@ -26,6 +26,7 @@ import datetime as dt
 import duckdb
 import pyarrow as pa
 
+from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.core.timestamps import format_timestamp
 
@@ -54,8 +55,8 @@ _REASONS = {
 
 def garbage_links(
     memories: pa.Table, links: pa.Table, at: dt.datetime, *, quarantined: pa.Table | None = None
-) -> tuple[pa.Table, pa.Table]:
-    """Links to delete; returns (GC_SCHEMA table, auto intents). `quarantined`: any table with an `id` column."""
+) -> AnalysisResult:
+    """Links to delete; its table has GC_SCHEMA, its intents are auto. `quarantined`: any table with an `id` column."""
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     con.register("m", memories.select(["id", "namespace", "zone"]))
@@ -99,7 +100,7 @@ def garbage_links(
     result = found.append_column("reason", pa.array([_REASONS[r] for r in rules], pa.string())).cast(
         GC_SCHEMA
     )
-    return result, _intents(result)
+    return AnalysisResult(table=result, intents=_intents(result))
 
 
 def _intents(result: pa.Table) -> pa.Table:

@@ -39,6 +39,7 @@ import json
 import duckdb
 import pyarrow as pa
 
+from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA
 from engram_pipelines.config.model import Config, TemporalConfig
 from engram_pipelines.core.sqltext import quoted
@@ -63,10 +64,8 @@ TEMPORAL_SCHEMA = pa.schema(
 )
 
 
-def temporal_edges(
-    memories: pa.Table, links: pa.Table, config: Config, at: dt.datetime
-) -> tuple[pa.Table, pa.Table]:
-    """One cycle of temporal-link maintenance plus the missing conversation edges; (TEMPORAL_SCHEMA, intents)."""
+def temporal_edges(memories: pa.Table, links: pa.Table, config: Config, at: dt.datetime) -> AnalysisResult:
+    """One cycle of temporal-link maintenance plus the missing conversation edges (TEMPORAL_SCHEMA)."""
     cfg = config.temporal
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
@@ -80,7 +79,7 @@ def temporal_edges(
     result = pa.concat_tables([cycle, built]).sort_by(
         [("namespace", "ascending"), ("src_id", "ascending"), ("dst_id", "ascending")]
     )
-    return result, _intents(con, result, cfg, at)
+    return AnalysisResult(table=result, intents=_intents(con, result, cfg, at))
 
 
 def _literal(at: dt.datetime) -> str:

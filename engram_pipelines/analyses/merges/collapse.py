@@ -15,18 +15,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.analyses.merges.clusters import Cluster, band_pairs, star_clusters
+from engram_pipelines.analyses.merges.clusters import Cluster, band_pairs, clusters_table, star_clusters
+from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.core.timestamps import format_timestamp
 
 
-@dataclass
-class MergeResult:
-    """Seed 000's result summary, per band."""
+@dataclass(kw_only=True)
+class MergeResult(AnalysisResult):
+    """One band's clusters (its table is `clusters_table(clusters)`), with seed 000's result summary."""
 
     scanned: int
     clusters: list[Cluster]
-    intents: pa.Table
 
     @property
     def merged(self) -> int:
@@ -153,7 +153,7 @@ def collapse_duplicates(
         annotate=True,
         label="duplicate",
     )
-    return MergeResult(scanned=_scanned(band), clusters=clusters, intents=intents)
+    return _merge_result(band, clusters, intents)
 
 
 def consolidate(
@@ -178,10 +178,16 @@ def consolidate(
         annotate=False,
         label="near-duplicate",
     )
-    return MergeResult(scanned=_scanned(band), clusters=clusters, intents=intents)
+    return _merge_result(band, clusters, intents)
 
 
 def _scanned(band: pa.Table) -> int:
     if band.num_rows == 0:
         return 0
     return len(set(band["left_id"].to_pylist()) | set(band["right_id"].to_pylist()))
+
+
+def _merge_result(band: pa.Table, clusters: list[Cluster], intents: pa.Table) -> MergeResult:
+    return MergeResult(
+        table=clusters_table(clusters), intents=intents, scanned=_scanned(band), clusters=clusters
+    )
