@@ -33,21 +33,23 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engram_pipelines.analyses.contradictions.detect import (  # noqa: E402
+from engram_pipelines.analyses.contradictions.detect import detect  # noqa: E402
+from engram_pipelines.analyses.contradictions.features import (  # noqa: E402
+    clean_value,
+    memory_features,
+    memory_row,
+    normalise,
+    tokens_of,
+)
+from engram_pipelines.analyses.contradictions.reference import rule_for_pair  # noqa: E402
+from engram_pipelines.analyses.contradictions.rules import (  # noqa: E402
     CHANGE,
     COPULA,
     NEGATION,
     STRONG_RELATION,
     WEAK_RELATION,
     RuleBook,
-    clean_value,
-    detect,
     load_rules,
-    memory_features,
-    memory_row,
-    normalise,
-    rule_for_pair,
-    tokens_of,
 )
 
 NAMESPACES = 50

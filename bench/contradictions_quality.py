@@ -36,7 +36,9 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.paths import SHARED_DATA  # noqa: E402
-from engram_pipelines.analyses.contradictions.detect import RULE_ORDER, detect, load_rules, memory_features  # noqa: E402
+from engram_pipelines.analyses.contradictions.detect import detect
+from engram_pipelines.analyses.contradictions.features import memory_features
+from engram_pipelines.analyses.contradictions.rules import RULE_ORDER, load_rules
 
 DEFAULT_DATA_DIR = SHARED_DATA  # ENGRAM_QUALITY_DATA, else ../shared/data beside the repository
 DEFAULT_CACHE_DIR = Path("/tmp/engram-bench-embeddings")

@@ -67,7 +67,9 @@ def memories_of(stsb: pd.DataFrame) -> pa.Table:
 
 def contradiction_pairs(memories: pa.Table, pairs: pa.Table) -> pa.Table | None:
     try:
-        from engram_pipelines.analyses.contradictions.detect import detect, load_rules, memory_features
+        from engram_pipelines.analyses.contradictions.detect import detect
+        from engram_pipelines.analyses.contradictions.features import memory_features
+        from engram_pipelines.analyses.contradictions.rules import load_rules
     except ImportError:
         return None
     rules = load_rules()

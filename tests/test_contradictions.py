@@ -11,17 +11,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from engram_pipelines.analyses.contradictions.detect import (
-    DEFAULT_RULES_PATH,
-    DETECT_COLUMNS,
-    detect,
-    explicit_candidates,
-    load_rules,
-    memory_features,
-    memory_row,
-    rule_for_pair,
-    structural_candidates,
-)
+from engram_pipelines.analyses.contradictions.candidates import explicit_candidates, structural_candidates
+from engram_pipelines.analyses.contradictions.detect import DETECT_COLUMNS, detect
+from engram_pipelines.analyses.contradictions.features import memory_features, memory_row
+from engram_pipelines.analyses.contradictions.reference import rule_for_pair
+from engram_pipelines.analyses.contradictions.rules import DEFAULT_RULES_PATH, load_rules
 
 RULES = load_rules()
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -752,7 +746,7 @@ def test_rule_files_with_bare_yaml_booleans_or_missing_keys_are_refused(tmp_path
 
 
 def test_cached_features_equal_parsed_ones_and_a_second_night_parses_nothing(tmp_path: Path, monkeypatch):
-    from engram_pipelines.analyses.contradictions import detect as contradictions
+    from engram_pipelines.analyses.contradictions import features as contradictions
 
     rules = load_rules()
     contents = [

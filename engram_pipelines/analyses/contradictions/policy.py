@@ -23,15 +23,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.analyses.contradictions.detect import (
-    RuleBook,
-    cached_memory_features,
-    detect,
-    explicit_candidates,
-    load_rules,
-    memory_features,
-    structural_candidates,
-)
+from engram_pipelines.analyses.contradictions.candidates import explicit_candidates, structural_candidates
+from engram_pipelines.analyses.contradictions.detect import detect
+from engram_pipelines.analyses.contradictions.features import cached_memory_features, memory_features
+from engram_pipelines.analyses.contradictions.rules import RuleBook, load_rules
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config

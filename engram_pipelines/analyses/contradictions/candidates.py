@@ -1,0 +1,117 @@
+"""Contradiction candidates beyond the cosine band: memories with the same parsed subject and relation
+(`structural_candidates`, any cosine) and links a person or agent wrote into metadata (`explicit_candidates`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from engram_pipelines.analyses.contradictions.rules import RuleBook, load_rules
+
+# Structural candidates: at most this many most-recent memories per (namespace, subject, relation), so one
+# subject repeated in 10k memories yields at most K*(K-1)/2 pairs instead of 50M.
+STRUCTURAL_GROUP_LIMIT = 50
+
+
+def structural_candidates(
+    features: pa.Table, namespaces: pa.Table, group_limit: int = STRUCTURAL_GROUP_LIMIT
+) -> pa.Table:
+    """Pairs with the same (namespace, subject, relation) and different values, whatever their cosine.
+
+    `namespaces`: id, namespace, optionally created_at (recency for the cap, and passed on as
+    left_created_at/right_created_at so the result feeds `detect` directly). Only claims that could fire are
+    joined: unnegated, a non-pronoun subject, a single-valued relation or a quantity. Each group keeps its
+    `group_limit` most recent memories (created_at, then id, descending): one subject repeated 10k times gives
+    at most K*(K-1)/2 pairs instead of 50M, and an older row of such a group is compared only through the
+    cosine band. Returns left_id < right_id and namespace, deduplicated, in a stable order.
+    """
+    has_time = "created_at" in namespaces.column_names
+    recency = "n.created_at" if has_time else "NULL"
+    times = ", a.created_at AS left_created_at, b.created_at AS right_created_at" if has_time else ""
+    con = duckdb.connect()
+    try:
+        con.register(
+            "features",
+            features.select(
+                [
+                    "id",
+                    "subject",
+                    "relation",
+                    "value",
+                    "negated",
+                    "pronoun_subject",
+                    "single_valued",
+                    "quantity_key",
+                ]
+            ),
+        )
+        con.register("namespaces", namespaces)
+        return con.sql(
+            f"""
+            WITH claims AS (
+                SELECT DISTINCT f.id, n.namespace, f.subject, f.relation, f.value, {recency} AS created_at
+                FROM features f JOIN namespaces n ON n.id = f.id
+                WHERE f.subject IS NOT NULL AND NOT f.negated AND NOT f.pronoun_subject
+                  AND (f.single_valued OR f.quantity_key IS NOT NULL)
+            ), ranked AS (
+                SELECT *, row_number() OVER (PARTITION BY namespace, subject, relation
+                                             ORDER BY created_at DESC NULLS LAST, id DESC) AS recency
+                FROM claims
+            )
+            SELECT DISTINCT a.id AS left_id, b.id AS right_id, a.namespace{times}
+            FROM ranked a
+            JOIN ranked b ON a.namespace = b.namespace AND a.subject = b.subject AND a.relation = b.relation
+                         AND a.id < b.id
+            WHERE a.recency <= {int(group_limit)} AND b.recency <= {int(group_limit)} AND a.value <> b.value
+            ORDER BY a.namespace, left_id, right_id
+            """
+        ).to_arrow_table()
+    finally:
+        con.close()
+
+
+def _linked_ids(metadata: Any, keys: Sequence[str]) -> list[str]:
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            return []
+    if not isinstance(metadata, dict):
+        return []
+    linked: list[str] = []
+    for key in keys:
+        value = metadata.get(key)
+        if isinstance(value, str):
+            linked.append(value)
+        elif isinstance(value, list):
+            linked.extend(str(v) for v in value if isinstance(v, str | int))
+    return linked
+
+
+def explicit_candidates(
+    ids: Sequence[str], metadata_json: Sequence[str | Mapping[str, Any] | None], rules: RuleBook | None = None
+) -> pa.Table:
+    """Pairs asserted by `metadata.contradicts` (an id or a list of ids; keys from the rules file).
+
+    Links to ids outside `ids` (not in this snapshot) and self-links are dropped. Returns left_id < right_id,
+    explicit = true; deduplicated (a link stated on both sides is one pair).
+    """
+    keys = (rules or load_rules()).explicit_keys
+    known = set(map(str, ids))
+    pairs = set()
+    for memory_id, metadata in zip(map(str, ids), metadata_json, strict=True):
+        for other in _linked_ids(metadata, keys):
+            if other in known and other != memory_id:
+                pairs.add((min(memory_id, other), max(memory_id, other)))
+    ordered = sorted(pairs)
+    return pa.table(
+        {
+            "left_id": pa.array([p[0] for p in ordered], pa.string()),
+            "right_id": pa.array([p[1] for p in ordered], pa.string()),
+            "explicit": pa.array([True] * len(ordered), pa.bool_()),
+        }
+    )
