@@ -17,7 +17,7 @@ from engram_pipelines.changes.revert import RevertResult, _revert_entries, rever
 from engram_pipelines.core import jsontext, records
 from engram_pipelines.core.timestamps import end_of_day, format_timestamp
 from engram_pipelines.store import LinkWrite, Outcome, Store, open_store
-from engram_pipelines.store import base as store_base
+from engram_pipelines.store import writes as store_writes
 from engram_pipelines.warehouse.tables import Warehouse
 from tests.changes_helpers import intent, propose
 from tests.conftest import AS_OF, T0, memory
@@ -177,7 +177,7 @@ def _write_links_one_by_one(
     change_set_id: str,
     at: dt.datetime | None = None,
 ) -> set[str]:
-    at = at or store_base.utc_now()
+    at = at or store_writes.utc_now()
     landed: set[str] = set()
     key_sql = "src_id = ? AND dst_id = ? AND kind = ?"
     cols = ", ".join(records.LINK_COLUMNS)
@@ -286,7 +286,7 @@ def _state(store: Store) -> dict[str, Any]:
 
 def test_set_based_link_writes_match_the_per_link_loop(store, twin, tmp_path, monkeypatch):
     """The same apply, direct batches (repeated keys, odd link dicts) and revert, old loop vs set-based."""
-    monkeypatch.setattr(store_base, "utc_now", lambda: REVERT_AT)
+    monkeypatch.setattr(store_writes, "utc_now", lambda: REVERT_AT)
     monkeypatch.setattr(twin, "write_links", functools.partial(_write_links_one_by_one, twin))
     landed = {}
     for name, s in (("new", store), ("old", twin)):

@@ -31,10 +31,10 @@ def test_migrations_are_versioned_and_idempotent(store):
 
 
 def test_migration_2_keeps_the_ledger_and_keys_it_per_change_set(store_url, monkeypatch):
-    from engram_pipelines.store import base
+    from engram_pipelines.store import core
     from engram_pipelines.store.migrations import MIGRATIONS
 
-    monkeypatch.setattr(base, "MIGRATIONS", MIGRATIONS[:1])  # a store as release 1 left it
+    monkeypatch.setattr(core, "MIGRATIONS", MIGRATIONS[:1])  # a store as release 1 left it
     with open_store(store_url, migrate=True) as old, old.write_transaction() as cur:
         cur.execute(
             old._sql(
@@ -43,7 +43,7 @@ def test_migration_2_keeps_the_ledger_and_keys_it_per_change_set(store_url, monk
             ),
             ("c1", "set-a", "m1", "ineligible", "gone", old._to_db("created_at", T0)),
         )
-    monkeypatch.setattr(base, "MIGRATIONS", MIGRATIONS)
+    monkeypatch.setattr(core, "MIGRATIONS", MIGRATIONS)
     with open_store(store_url, migrate=True) as store:
         assert store.schema_version() == LATEST_VERSION
         assert store.ledger("set-a") == {"c1": ("ineligible", "gone")}

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from engram_pipelines.store.base import (
-    ChangeSetRecord,
-    Guard,
-    LinkRevert,
-    LinkWrite,
-    MemoryWrite,
-    MigrationRequired,
-    Outcome,
-    Store,
-    StoreBusy,
-    StoreError,
-    VersionConflict,
-)
+from engram_pipelines.store.base import Store
+from engram_pipelines.store.changelog import ChangeSetRecord, Outcome
+from engram_pipelines.store.core import MigrationRequired, StoreBusy, StoreError, VersionConflict
 from engram_pipelines.store.urls import redact
+from engram_pipelines.store.writes import Guard, LinkRevert, LinkWrite, MemoryWrite
 
 __all__ = [
     "ChangeSetRecord",

@@ -24,7 +24,8 @@ from psycopg.types import TypeInfo
 
 from engram_pipelines.core import records
 from engram_pipelines.core.progress import Progress
-from engram_pipelines.store.base import JSON_COLUMNS, Store, StoreBusy, StoreError, embedding_array
+from engram_pipelines.store.base import Store
+from engram_pipelines.store.core import JSON_COLUMNS, StoreBusy, StoreError, embedding_array
 
 _BATCH_TYPES = {
     "change_id": "text",

@@ -25,12 +25,12 @@ import pyarrow as pa
 from engram_pipelines.core import records
 from engram_pipelines.core.progress import Progress
 from engram_pipelines.core.timestamps import format_timestamp, parse_timestamp
-from engram_pipelines.store.base import (
+from engram_pipelines.store.base import Store
+from engram_pipelines.store.core import (
     BOOL_COLUMNS,
     JSON_COLUMNS,
     TIMESTAMP_COLUMNS,
     MigrationRequired,
-    Store,
     StoreBusy,
     StoreError,
     embedding_array,
