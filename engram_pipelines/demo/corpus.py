@@ -35,11 +35,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import yaml
 
 from engram_pipelines.changes.intents import content_sha
 from engram_pipelines.core import records
@@ -116,49 +117,12 @@ COMPRESSION_COS = (0.875, 0.915)  # pairwise 0.766..0.837, above the compression
 TOPIC_ALPHA = (0.5, 0.7)  # weight of the topic direction in a memory: same-topic pairs at 0.25..0.49
 TOPIC_SHARE = 0.3  # squared share of the namespace direction in each topic: cross-topic pairs near 0.1
 
-# -- word lists --------------------------------------------------------------------------------------------
-
-
-def _words(text: str, sep: str | None = None) -> tuple[str, ...]:
-    return tuple(w.strip() for w in text.split(sep))
-
-
-FIRST = _words(
-    "Alice Bob Carol Dana Erik Farah Gabe Hana Ivan Jade Kofi Lena Marco Nina Omar Priya Quinn Rosa Sven "
-    "Tara Umar Vera Wes Yuki Zoe Amir Bea Chen Dev Elif Femi Greta Hugo Ines Jonas Kira Luis Maya Nils Olga "
-    "Pavel "
-    "Rhea Sami Theo Uma Viktor Wanda Xin Yara Zane"
-)
-LAST = _words(
-    "Novak Okafor Lindqvist Moreau Tanaka Costa Haddad Kowalski Brennan Iyer Fischer Silva Duarte Nakamura "
-    "Petrov Reyes Adeyemi Larsen Walsh Romero Berg Castillo Dubois Eriksen Farouk Gallo Hoffmann Ito Jensen "
-    "Kaur Laine Mendes Nowak Ortiz Park Quist Rossi Sato Torres Ueda Vance Weber Xu Yilmaz Zhou Abbott "
-    "Bianchi Cruz Dahl Evans"
-)
-PROJECTS = _words(
-    "Falcon Heron Orion Juniper Atlas Beacon Comet Delta Ember Fjord Granite Harbor Iris Kestrel Lumen Maple "
-    "Nimbus Onyx Pylon Quartz"
-)
-SERVICES = _words("billing search checkout auth ingest export reporting notifications payments")
-TEAMS = _words("platform data mobile payments infra growth security design")
-CITIES = _words(
-    "Paris Berlin Lisbon Oslo Madrid Toronto Nairobi Seoul Austin Dublin Prague Lima Osaka Zurich Warsaw "
-    "Melbourne"
-)
-RESEARCH_TOPICS = _words(
-    "retrieval augmentation, contrastive learning, sparse attention, protein folding, graph neural networks, "
-    "causal inference, speech recognition, reinforcement learning, time series forecasting, active learning",
-    ",",
-)
-MONTHS = _words("March April May June July August September October November December")
-WEEKDAYS = _words("Monday Tuesday Wednesday Thursday Friday")
-DATES = tuple(f"{m} {d}" for m in MONTHS for d in (3, 8, 12, 17, 21, 26))
-
-# -- templates ---------------------------------------------------------------------------------------------
+# -- words and templates (data/demo_corpus.yaml) -------------------------------------------------------------
 # Slots: P person, X project, S service, T team, N unique number, D date, W weekday, C city, K research topic,
 # V/U family values (U: the newer value of a contradiction), M member number.
 SLOT_ORDER = ("P", "X", "S", "T", "N", "D", "W", "C", "K", "V", "U", "M")
 _SLOT_RE = re.compile(r"\{([A-Z])\}")
+TEMPLATES_PATH = Path(__file__).resolve().parents[1] / "data" / "demo_corpus.yaml"
 
 
 def _positional(template: str) -> str:
@@ -166,7 +130,7 @@ def _positional(template: str) -> str:
     return _SLOT_RE.sub(lambda m: f"{{{SLOT_ORDER.index(m.group(1))}}}", template)
 
 
-def _templates(*variants: str) -> tuple[str, ...]:
+def _templates(variants: Sequence[str]) -> tuple[str, ...]:
     return tuple(_positional(v) for v in variants)
 
 
@@ -176,50 +140,6 @@ def _render(templates: Sequence[str] | np.ndarray, slots: dict[str, np.ndarray])
     return list(itertools.starmap(str.format, zip(templates, *columns, strict=False)))
 
 
-# Background events: no relational or copular forms, one unique number each.
-BACKGROUND = {
-    "coder": _templates(
-        "Reviewed pull request #{N} on {X} with {P}, two comments on the {S} client.",
-        "Helped {P} debug a flaky {S} test in {X} (ticket ENG-{N}).",
-        "Ran the {X} {S} benchmark for {P} (run {N}) and posted results to the {T} channel.",
-        "Opened incident INC-{N} after an alert on the {X} {S} error rate.",
-        "Logged bug ENG-{N} in the {X} {S} service after a failing nightly run.",
-        "Paired with {P} on the {X} release checklist, item {N}.",
-        "Drafted migration notes for the {X} {S} service (doc {N}) and sent them to {P}.",
-        "Refactored the {S} module in {X} to remove a circular import (commit {N}).",
-    ),
-    "research": _templates(
-        "Summarised paper {N} on {K} for {P}.",
-        "Collected three sources about {K} for the {X} literature review (note {N}).",
-        "Compared two benchmarks on {K} and shared the table with {P} (note {N}).",
-        "Read the {K} survey recommended by {P}, key takeaways in note {N}.",
-        "Flagged a possible labelling error in the {K} dataset for {P} (issue {N}).",
-        "Drafted the related-work section on {K} for {X} (draft {N}).",
-    ),
-    "user": _templates(
-        "Booked a table for two in {C} on {D} (confirmation {N}).",
-        "Reminded the user about the {T} retro on {W} (note {N}).",
-        "Found train options from {C} for {D}, shortlist saved as note {N}.",
-        "Helped draft an email to {P} about the {X} kickoff (draft {N}).",
-        "Added the {W} dentist appointment to the calendar (event {N}).",
-        "Suggested three recipes for {W} dinner, the user picked the second one (note {N}).",
-        "Summarised the {T} team sync for {P}, action items in note {N}.",
-        "Looked up visa requirements for a trip to {C} (note {N}).",
-    ),
-    "reflection": _templates(
-        "Weekly reflection on {X}, steady progress and no blockers (note {N}).",
-        "Pattern noticed, {P} tends to reply faster in the morning (note {N}).",
-        "Summary of the {W} sessions on {X}, three tasks finished and one still open (note {N}).",
-    ),
-}
-FLAVOR_BACKGROUND = {
-    "coder": ("coder",),
-    "research": ("research",),
-    "user": ("user",),
-    "tenant": ("coder", "research", "user"),
-}
-
-
 @dataclass(frozen=True)
 class _Family:
     """A group of sentences that state one fact in different words (all named values shared)."""
@@ -227,207 +147,6 @@ class _Family:
     name: str
     variants: tuple[str, ...]
     values: tuple[str, ...]
-
-
-PARAPHRASES = {
-    "decision": _Family(
-        "decision",
-        _templates(
-            "Decided to move the {S} cache for {X} to {V} (ticket ENG-{N}).",
-            "We decided the {S} cache of {X} goes to {V}, see ticket ENG-{N}.",
-            "The team agreed to move the {X} {S} cache to {V} under ticket ENG-{N}.",
-            "Per ticket ENG-{N}, the {S} cache for {X} will move to {V}.",
-            "Final decision in ENG-{N}, put the {X} {S} cache on {V}.",
-            "Agreed in ticket ENG-{N} to put the {S} cache of {X} on {V}.",
-        ),
-        ("Redis", "Memcached", "a local LRU", "DynamoDB", "Postgres", "S3"),
-    ),
-    "incident": _Family(
-        "incident",
-        _templates(
-            "Incident INC-{N} on {D}, the {X} {S} service went down after {V}.",
-            "On {D} the {S} service of {X} had an outage caused by {V} (incident INC-{N}).",
-            "Outage of the {X} {S} service on {D}, incident INC-{N}, root cause {V}.",
-            "Postmortem for incident INC-{N} says {V} took down the {X} {S} service on {D}.",
-            "The {D} incident INC-{N} in {X} {S} came from {V}.",
-            "Incident INC-{N} recap, {V} broke the {S} service of {X} on {D}.",
-        ),
-        (
-            "an expired TLS certificate",
-            "a full disk on the primary",
-            "a bad config push",
-            "a runaway cron job",
-            "a DNS misconfiguration",
-            "a memory leak in the worker pool",
-        ),
-    ),
-    "release": _Family(
-        "release",
-        _templates(
-            "Release {V} of {X} goes out on {D}.",
-            "The {X} {V} build ships on {D} per the release plan.",
-            "The {X} {V} release lands on {D}.",
-            "Plan of record, {X} version {V} releases on {D}.",
-            "We ship {X} {V} on {D}.",
-            "Target date for the {X} {V} release stays {D}.",
-        ),
-        ("v2.4", "v3.0", "v1.9.2", "v4.1", "v2.0-beta", "v5.2"),
-    ),
-    "preference": _Family(
-        "preference",
-        _templates(
-            "{P} prefers {V}.",
-            "{P} likes {V} best.",
-            "Remember that {P} wants {V}.",
-            "{P} asked for {V} again.",
-            "{P} said {V} works best for them.",
-            "Going forward {P} would rather have {V}.",
-        ),
-        (
-            "dark mode in every app",
-            "short bullet-point answers",
-            "metric units in recipes",
-            "email summaries over chat pings",
-            "meetings before noon",
-            "citations with page numbers",
-            "British spelling in documents",
-            "window seats on flights",
-        ),
-    ),
-    "finding": _Family(
-        "finding",
-        _templates(
-            "Key finding on {K}, {V} (source {N}).",
-            "The {K} literature agrees that {V}, see source {N}.",
-            "Source {N} shows for {K} that {V}.",
-            "Across the {K} papers, {V} (noted from source {N}).",
-            "Takeaway about {K} from source {N}, {V}.",
-            "Our {K} review concluded that {V} (source {N}).",
-        ),
-        (
-            "larger batches need a longer warmup",
-            "retrieval helps more than fine-tuning for fresh facts",
-            "label noise hurts small models most",
-            "gains shrink on out-of-domain data",
-            "simple baselines stay competitive",
-            "evaluation sets leak into pretraining data",
-        ),
-    ),
-    "appointment": _Family(
-        "appointment",
-        _templates(
-            "{P} has a {V} appointment in {C} on {D}.",
-            "Booked the {V} visit for {P} in {C} on {D}.",
-            "On {D} {P} sees the {V} in {C}.",
-            "Calendar note, {P} at the {V} in {C} on {D}.",
-            "{P} will be at the {V} in {C} on {D}.",
-            "Remember the {D} {V} appointment for {P} in {C}.",
-        ),
-        ("dentist", "physiotherapist", "eye doctor", "vet", "dermatologist"),
-    ),
-}
-PARAPHRASES_BY_FLAVOR = {
-    "coder": ("decision", "incident", "release"),
-    "research": ("finding", "release"),
-    "user": ("preference", "appointment"),
-    "tenant": ("decision", "incident", "release", "preference", "finding", "appointment"),
-}
-# Twins state project facts (shared work two agents or tenants both record), whatever the namespaces.
-TWIN_FAMILIES = ("decision", "incident", "release")
-
-OBSERVATIONS = {
-    "coder": _Family(
-        "build",
-        _templates(
-            "The {X} build broke again until {V}.",
-            "{X} builds only went green after {V} today.",
-            "Another {X} build needed {V} first.",
-            "Fixed the {X} build once more by {V}.",
-            "Same {X} build breakage this session, resolved by {V}.",
-            "Once again {V} got the {X} build green.",
-        ),
-        (
-            "clearing the local cache",
-            "bumping the Node version",
-            "restarting the dev database",
-            "re-running the code generator",
-            "pinning the protobuf version",
-        ),
-    ),
-    "research": _Family(
-        "review",
-        _templates(
-            "{P} questioned {V} in the {K} papers again.",
-            "Once more {P} doubted {V} for {K}.",
-            "During the {K} review {P} pushed back on {V}.",
-            "{P} raised concerns about {V} in {K} work.",
-            "Again the {K} discussion with {P} turned to {V}.",
-            "{P} kept challenging {V} when we covered {K}.",
-        ),
-        (
-            "the evaluation protocol",
-            "the small sample sizes",
-            "the choice of baselines",
-            "the train-test split",
-        ),
-    ),
-    "user": _Family(
-        "habit",
-        _templates(
-            "In today's chat {P} asked for {V} again.",
-            "{P} requested {V} during the session.",
-            "Noticed {P} choosing {V} once more.",
-            "{P} brought up {V} in this conversation too.",
-            "Again {P} went with {V}.",
-            "{P} mentioned wanting {V} while we talked.",
-        ),
-        ("dark mode", "shorter answers", "a summary at the top", "metric units", "an agenda before meetings"),
-    ),
-}
-OBSERVATIONS["tenant"] = OBSERVATIONS["user"]
-
-COMPRESSION = _templates(
-    "Checked the {X} {S} dashboard, everything normal (check {N}-{M}).",
-    "Glanced at the {X} {S} logs, only routine noise (check {N}-{M}).",
-    "Looked over the {X} {S} metrics again, all flat (check {N}-{M}).",
-    "Another quick look at the {X} {S} dashboard, still quiet (check {N}-{M}).",
-    "Health check of {X} {S} done, alerts all green (check {N}-{M}).",
-)
-
-CHAINS = {
-    "export": _templates(
-        "The nightly export for {X} writes Parquet files.",
-        "The nightly export for {X} writes Parquet files to the {S} bucket.",
-        "The nightly export for {X} writes to the {S} bucket and pings the {T} team afterwards.",
-    ),
-    "trip": _templates(
-        "{P} plans a trip to {C} in the spring.",
-        "{P} plans a spring trip to {C} with two colleagues.",
-        "{P} plans a spring trip with two colleagues and wants a quiet hotel.",
-    ),
-}
-CHAINS_BY_FLAVOR = {
-    "coder": ("export",),
-    "research": ("export",),
-    "user": ("trip",),
-    "tenant": ("export", "trip"),
-}
-
-ASSOCIATIONS = {
-    "coder": _templates(
-        "The {X} {S} service writes its audit events to the {T} bucket (ticket ENG-{N}).",
-        "Alerts from the {X} {S} service page the {T} on-call rotation (ticket ENG-{N}).",
-    ),
-    "research": _templates(
-        "Paper {N} on {K} introduced a new benchmark.",
-        "The {K} benchmark from paper {N} has a known leakage issue.",
-    ),
-    "user": _templates(
-        "{P} booked flights to {C} for {D} (booking {N}).",
-        "{P} asked for restaurant tips in {C} around {D} (booking {N}).",
-    ),
-}
-ASSOCIATIONS["tenant"] = ASSOCIATIONS["coder"]
 
 
 @dataclass(frozen=True)
@@ -443,73 +162,62 @@ class _Conflict:
     pairing: str  # "swap": two different values; "same": one value (negation); "polar": "a|b" opposites
 
 
-def _conflict(
-    name: str, older: str, newer: str, subject: str, values: tuple[str, ...], rule: str, pairing: str = "swap"
-) -> _Conflict:
+_DATA = yaml.safe_load(TEMPLATES_PATH.read_text(encoding="utf-8"))
+_WORDS: dict[str, tuple[str, ...]] = {name: tuple(values) for name, values in _DATA["words"].items()}
+
+
+def _family(raw: dict[str, Any]) -> _Family:
+    return _Family(raw["name"], _templates(raw["variants"]), tuple(raw["values"]))
+
+
+def _conflict(raw: dict[str, Any]) -> _Conflict:
+    """`values` names a word list."""
     return _Conflict(
-        name, _positional(older), _positional(newer), _positional(subject), values, rule, pairing
+        raw["name"],
+        _positional(raw["older"]),
+        _positional(raw["newer"]),
+        _positional(raw["subject"]),
+        _WORDS[raw["values"]],
+        raw["rule"],
+        raw["pairing"],
     )
 
 
-DATABASES = ("Postgres", "MySQL", "SQLite", "MongoDB", "ClickHouse", "Cassandra")
-TIMES = ("8:30am", "9am", "9:30am", "10am", "11am", "2pm", "4pm")
-COMPANIES = ("Acme", "Globex", "Initech", "Umbrella Labs", "Stark Analytics", "Wayne Logistics")
-LANGUAGES = ("Python", "Go", "Rust", "TypeScript", "Kotlin", "Java")
-API_STATES = ("rate limited", "behind the VPN", "open to partners", "versioned by date")
-POLAR = ("enabled|disabled", "allowed|forbidden", "encouraged|discouraged")
-EDITORS = ("vim", "Emacs", "VS Code", "Neovim", "Sublime Text")
+FIRST, LAST, PROJECTS = _WORDS["first"], _WORDS["last"], _WORDS["projects"]
+SERVICES, TEAMS, CITIES = _WORDS["services"], _WORDS["teams"], _WORDS["cities"]
+RESEARCH_TOPICS, MONTHS, WEEKDAYS = _WORDS["research_topics"], _WORDS["months"], _WORDS["weekdays"]
+DATES = tuple(f"{m} {d}" for m in MONTHS for d in (3, 8, 12, 17, 21, 26))
 
-CONFLICTS = {
-    c.name: c
-    for c in (
-        _conflict("lives_in", "{P} lives in {V}.", "{P} lives in {U}.", "{P}", CITIES, "value_swap"),
-        _conflict(
-            "switched_db",
-            "The {X} team uses {V} for the {S} service.",
-            "The {X} team switched to {U} for the {S} service.",
-            "the {X} team",
-            DATABASES,
-            "change_indicator",
-        ),
-        _conflict(
-            "standup",
-            "The {X} standup is at {V}.",
-            "The {X} standup is at {U}.",
-            "the {X} standup",
-            TIMES,
-            "copular_value_swap",
-        ),
-        _conflict(
-            "api_negation",
-            "The {X} {S} API is {V}.",
-            "The {X} {S} API is not {V}.",
-            "the {X} {S} API",
-            API_STATES,
-            "negation",
-            "same",
-        ),
-        _conflict(
-            "works_at", "{P} works at {V}.", "{P} now works at {U}.", "{P}", COMPANIES, "change_indicator"
-        ),
-        _conflict(
-            "friday_deploys",
-            "Friday deploys for {X} are {V}.",
-            "Friday deploys for {X} are {U}.",
-            "Friday deploys for {X}",
-            POLAR,
-            "polar_opposite",
-            "polar",
-        ),
-        _conflict(
-            "prefers_lang",
-            "{P} prefers {V} for new services.",
-            "{P} prefers {U} for new services.",
-            "{P}",
-            LANGUAGES,
-            "value_swap",
-        ),
-    )
+# Background events: no relational or copular forms, one unique number each.
+BACKGROUND = {flavor: _templates(variants) for flavor, variants in _DATA["background"].items()}
+FLAVOR_BACKGROUND = {
+    "coder": ("coder",),
+    "research": ("research",),
+    "user": ("user",),
+    "tenant": ("coder", "research", "user"),
 }
+PARAPHRASES = {name: _family(raw) for name, raw in _DATA["paraphrases"].items()}
+PARAPHRASES_BY_FLAVOR = {
+    "coder": ("decision", "incident", "release"),
+    "research": ("finding", "release"),
+    "user": ("preference", "appointment"),
+    "tenant": ("decision", "incident", "release", "preference", "finding", "appointment"),
+}
+# Twins state project facts (shared work two agents or tenants both record), whatever the namespaces.
+TWIN_FAMILIES = ("decision", "incident", "release")
+OBSERVATIONS = {flavor: _family(raw) for flavor, raw in _DATA["observations"].items()}
+OBSERVATIONS["tenant"] = OBSERVATIONS["user"]
+COMPRESSION = _templates(_DATA["compression"])
+CHAINS = {name: _templates(variants) for name, variants in _DATA["chains"].items()}
+CHAINS_BY_FLAVOR = {
+    "coder": ("export",),
+    "research": ("export",),
+    "user": ("trip",),
+    "tenant": ("export", "trip"),
+}
+ASSOCIATIONS = {flavor: _templates(variants) for flavor, variants in _DATA["associations"].items()}
+ASSOCIATIONS["tenant"] = ASSOCIATIONS["coder"]
+CONFLICTS = {raw["name"]: _conflict(raw) for raw in _DATA["conflicts"]}
 CONFLICTS_BY_FLAVOR = {
     "coder": ("switched_db", "standup", "api_negation", "friday_deploys", "prefers_lang"),
     "research": ("works_at", "lives_in", "standup", "prefers_lang"),
@@ -523,58 +231,8 @@ STRUCTURAL_BY_FLAVOR = {
     for flavor, names in CONFLICTS_BY_FLAVOR.items()
 }
 # Pairs that look like contradictions by cosine but must not fire (seed 000's rules).
-CONTROLS = (
-    _conflict(
-        "elaboration",
-        "{P} prefers {V}.",
-        "{P} prefers {V} with plugins.",
-        "{P}",
-        EDITORS,
-        "elaboration",
-        "same",
-    ),
-    _conflict(
-        "pronoun", "{P} lives in {V}.", "They live in {U} now (note {N}).", "{P}", CITIES, "pronoun_subject"
-    ),
-)
-
-SINGLES = {
-    "stale": _templates(
-        "Checked the weather in {C} for {P} (note {N}).",
-        "Looked up bakery opening hours in {C} (note {N}).",
-        "Converted a recipe to metric units for {P} (note {N}).",
-        "Found the parking rules near the {C} office (note {N}).",
-    ),
-    "deprecated": _templates(
-        "Setup notes for the old {X} {S} pipeline, replaced by the new runbook (note {N}).",
-        "Old onboarding checklist for {X}, kept for reference (note {N}).",
-        "Former on-call rota for the {T} team, no longer followed (note {N}).",
-    ),
-    "pinned": _templates(
-        "{P} has a severe peanut allergy, never suggest dishes with peanuts (policy {N}).",
-        "Never paste production credentials for {X} into chat (policy {N}).",
-        "Always ask {P} before deleting branches in {X} (policy {N}).",
-        "{P} needs large-print documents, keep fonts at 16pt or larger (policy {N}).",
-    ),
-    "block": _templates(
-        "Workspace style guide {N} for {X}. Four-space indents, type hints, docstrings on public functions.",
-        "Support persona {N} for {X}. Friendly, concise, no emojis, sign off with the team name.",
-        "Standing instructions {N} from {P}. Summaries first, details after, always cite sources.",
-    ),
-    "promotable": _templates(
-        "{P} shared the staging URL for {X} and asked to keep it handy (note {N}).",
-        "Noted the {X} {S} on-call handover steps from {P} (note {N}).",
-        "{P} explained how to rotate the {X} {S} API keys (note {N}).",
-    ),
-    "semantic": _templates(
-        "Deploys of {X} need the {S} migration to run first (runbook {N}).",
-        "{P} signs off every {X} release personally (note {N}).",
-        "The {X} {S} service pages the {T} team on failures (note {N}).",
-    ),
-    "cue": _templates("Decision after incident INC-{N}, roll back the {X} {S} release."),
-    "plain": _templates("Browsed the {X} {S} dashboard for a while (note {N})."),
-    "no_vector": _templates("Voice memo from {P} about {X}, transcript pending (memo {N})."),
-}
+CONTROLS = tuple(_conflict(raw) for raw in _DATA["controls"])
+SINGLES = {name: _templates(variants) for name, variants in _DATA["singles"].items()}
 BLOCK_NAMES = ("style-guide", "support-persona", "standing-instructions")
 
 TIERS = {name: i for i, name in enumerate(records.TIERS)}
