@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium and ChromeDriver for tests/test_browser.py, from the system's Debian packages.
+# Headless Chromium and ChromeDriver for tests/orchestration/test_browser.py, from the system's Debian packages.
 # Idempotent: does nothing when both are already installed. Never fails the test run: when it cannot install
 # (not root, or apt fails) it says how to install and exits 0, and the browser tests skip with that reason.
 set -uo pipefail

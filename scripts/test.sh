@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/lint-imports  # the layers (pyproject.toml [tool.importlinter])
 .venv/bin/mypy  # the library's types (pyproject.toml [tool.mypy])
-bash scripts/install_browser.sh  # Debian's chromium + chromedriver for tests/test_browser.py
+bash scripts/install_browser.sh  # Debian's chromium + chromedriver for tests/orchestration/test_browser.py
 exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=10 "$@"

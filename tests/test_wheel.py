@@ -16,9 +16,8 @@ import pytest
 
 from engram_pipelines.demo.loader import load_demo
 from engram_pipelines.store import open_store
-from tests.conftest import AS_OF
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.memories import AS_OF
+from tests.support.paths import REPO
 
 TEAM_DEFINITIONS = """\
 import dagster as dg

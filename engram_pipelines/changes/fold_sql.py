@@ -7,7 +7,7 @@ anything to decide), into the same change documents `compose._compose_one` write
 guards, reason, source, evidence order and cluster. Everything else (merges, purges, inserts, tags, contradiction
 flags, two intents of one op, a JSON null in the params, a target missing from the snapshot) stays with the
 Python fold, the reference. The JSON texts are equal as JSON, not byte for byte (key order, number spelling);
-`tests/test_change_sets.py` compares the two paths change by change.
+`tests/changes/test_change_sets.py` compares the two paths change by change.
 """
 
 from __future__ import annotations

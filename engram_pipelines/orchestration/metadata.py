@@ -65,7 +65,7 @@ def column_lineage(deps: Lineage) -> dg.TableColumnLineage:
     A column lists the inputs its value is computed from, not the columns that only decide which rows appear:
     every column would list those, and the drawing would say nothing. Only declared columns can be named, so
     what comes from the snapshot's `links` table (written by memory_snapshot, not in its column schema) is
-    left out; tests/test_pipeline.py checks every named column against the upstream's schema.
+    left out; tests/orchestration/test_pipeline.py checks every named column against the upstream's schema.
     """
     return dg.TableColumnLineage(
         deps_by_column={

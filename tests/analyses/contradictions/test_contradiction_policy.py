@@ -1,0 +1,80 @@
+"""Contradiction candidates from the band, the structural join and explicit links; flag and supersede."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from engram_pipelines.analyses.contradictions.policy import find_contradictions
+from engram_pipelines.config.model import Config, ConfigError, load_config
+from engram_pipelines.vectors.pairs import PAIR_SCHEMA
+from tests.support.lifecycle import days_ago, snapshot
+
+
+def _pairs(rows):
+    return pa.Table.from_pylist(
+        [
+            {"namespace": "ns1", "left_id": a, "right_id": b, "score": s, "exact_content": False}
+            for a, b, s in rows
+        ],
+        schema=PAIR_SCHEMA,
+    )
+
+
+MEMORIES = [
+    {"content": "Alice lives in Paris", "created_at": days_ago(20)},
+    {"content": "Alice lives in Berlin", "created_at": days_ago(2)},
+    {"content": "My editor is emacs", "created_at": days_ago(10)},
+    {"content": "My editor is vim", "created_at": days_ago(1)},
+    {"content": "I prefer vim", "created_at": days_ago(5)},
+    {"content": "I prefer vim with plugins", "created_at": days_ago(3)},
+    {"content": "the build is green", "metadata": {"contradicts": "m7"}, "created_at": days_ago(4)},
+    {"content": "release notes are published", "created_at": days_ago(3)},
+    {"content": "Alice lives in Rome", "namespace": "ns2", "created_at": days_ago(1)},
+]
+
+
+def test_sources_and_flag_policy():
+    memories = snapshot(MEMORIES)
+    # Only the editor pair is in the cosine band; Paris/Berlin scores 0.77 with a real model (no pair here).
+    result = find_contradictions(memories, _pairs([("m2", "m3", 0.9), ("m4", "m5", 0.93)]), Config())
+    found = {(r["older_id"], r["newer_id"]): r for r in result.table.to_pylist()}
+    assert set(found) == {("m0", "m1"), ("m2", "m3"), ("m6", "m7")}
+    assert found[("m0", "m1")]["sources"] == "structural"
+    assert "band" in found[("m2", "m3")]["sources"] and found[("m2", "m3")]["rule"] == "value_swap"
+    assert "'emacs' vs 'vim'" in found[("m2", "m3")]["reason"]
+    assert found[("m6", "m7")]["sources"] == "explicit"
+    assert result.found_by_source["structural"] >= 1 and result.found_by_source["band"] == 1
+    ops = sorted((i["target_id"], i["op"], i["review_class"]) for i in result.intents.to_pylist())
+    assert ("m0", "flag_contradiction", "auto") in ops and ("m1", "flag_contradiction", "auto") in ops
+    assert ("m1|m0|contradicts", "upsert_link", "auto") in ops
+    assert not any(target == "m8" or "m8" in target for target, _, _ in ops), "nothing crosses a namespace"
+
+
+def test_flagged_pairs_propose_nothing_again():
+    rows = [dict(r) for r in MEMORIES[:2]]
+    rows[0]["metadata"] = {"contradictionWith": ["m1"]}
+    rows[1]["metadata"] = {"contradictionWith": ["m0"]}
+    result = find_contradictions(snapshot(rows), _pairs([]), Config())
+    assert result.table.num_rows == 1 and result.intents.num_rows == 0
+
+
+def test_supersede_policy_hides_the_older_row_and_is_gated():
+    config = Config.model_validate({"contradiction": {"policy": "supersede"}})
+    rows = [dict(r) for r in MEMORIES[:4]]
+    rows[2]["pinned"] = True
+    result = find_contradictions(snapshot(rows), _pairs([("m2", "m3", 0.9)]), config)
+    supersedes = [
+        (i["target_id"], json.loads(i["params"]))
+        for i in result.intents.to_pylist()
+        if i["op"] == "supersede"
+    ]
+    assert supersedes == [("m0", {"by": "m1"})], "the pinned older row m2 is never superseded"
+    assert {i["review_class"] for i in result.intents.to_pylist()} == {"gated"}
+
+
+def test_an_unknown_policy_is_refused_naming_the_setting():
+    with pytest.raises(ConfigError, match="contradiction.policy"):
+        load_config(env={"MEMORY_CONTRADICTION_POLICY": "delete-both"})

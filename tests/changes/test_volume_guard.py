@@ -1,0 +1,140 @@
+"""The volume guard and a first night on a hand-made history (two users, 90 days, facts that change)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pyarrow as pa
+
+from engram_pipelines.changes.apply import apply_change_set
+from engram_pipelines.changes.guard import hold_for_review
+from engram_pipelines.changes.intents import INTENT_SCHEMA
+from engram_pipelines.changes.registry import load_change_set
+from engram_pipelines.changes.revert import approve_change_set
+from engram_pipelines.config.model import ReviewConfig
+from engram_pipelines.ingest.load import import_jsonl
+from engram_pipelines.orchestration.runner import execute_job
+from engram_pipelines.store import open_store
+from engram_pipelines.warehouse.tables import Warehouse
+from tests.support.paths import DATA
+
+HISTORY = DATA / "two_users_90_days.jsonl"
+AS_OF = dt.date(2026, 11, 29)
+
+
+def intent(namespace: str, target: str, op: str, params: dict | None = None, klass: str = "auto") -> dict:
+    return {
+        "namespace": namespace,
+        "target_kind": "memory",
+        "target_id": target,
+        "op": op,
+        "params": json.dumps(params or {}),
+        "reason": "a rule",
+        "evidence": "{}",
+        "source": "retention",
+        "review_class": klass,
+        "cluster_id": None,
+    }
+
+
+def visible_rows(namespace: str, n: int, **extra: dict) -> list[dict]:
+    rows = [
+        {"id": f"{namespace}-{i}", "namespace": namespace, "zone": "active", "superseded_by": None}
+        for i in range(n)
+    ]
+    for row in rows:
+        row.update(extra.get(row["id"], {}))
+    return rows
+
+
+def test_a_namespace_whose_night_would_hide_too_much_is_held_and_the_rest_proceeds():
+    archive = {"from": "active", "to": "archived"}
+    memories = pa.Table.from_pylist(
+        [*visible_rows("a", 10, **{"a-9": {"zone": "purge_queue"}}), *visible_rows("b", 10)]
+    )
+    intents = pa.Table.from_pylist(
+        [
+            intent("a", "a-0", "move_zone", archive),
+            intent("a", "a-1", "move_zone", archive),
+            intent("a", "a-2", "supersede", {"by": "a-3"}),
+            intent("a", "a-4", "mark_stale", {"score": 0.1}),  # not hiding: stays auto
+            intent("a", "a-5", "move_zone", {"from": "archived", "to": "active"}),  # brings back: stays auto
+            intent("a", "a-9", "purge"),  # already hidden: not counted, stays auto
+            intent("b", "b-0", "move_zone", archive),  # 1 of 10: under the fraction
+        ],
+        schema=INTENT_SCHEMA,
+    )
+    out, held = hold_for_review(intents, memories, ReviewConfig())
+    classes = {(r["target_id"], r["op"]): r["review_class"] for r in out.to_pylist()}
+    assert classes == {
+        ("a-0", "move_zone"): "held",
+        ("a-1", "move_zone"): "held",
+        ("a-2", "supersede"): "held",
+        ("a-4", "mark_stale"): "auto",
+        ("a-5", "move_zone"): "auto",
+        ("a-9", "purge"): "auto",
+        ("b-0", "move_zone"): "auto",
+    }
+    (entry,) = held
+    assert entry["namespace"] == "a" and (entry["hidden"], entry["visible"]) == (3, 9)
+    assert entry["message"] == "night would hide 33% of a (3 of 9 visible memories): held for review"
+    assert all(entry["message"] in r["reason"] for r in out.to_pylist() if r["review_class"] == "held")
+    # A fraction of 1 holds nothing; a ceiling on the night's auto changes holds them all.
+    assert hold_for_review(intents, memories, ReviewConfig(max_hidden_fraction=1.0))[1] == []
+    out, held = hold_for_review(intents, memories, ReviewConfig(max_hidden_fraction=1.0, max_auto_changes=5))
+    assert set(out["review_class"].to_pylist()) == {"held"} and held[0]["namespace"] == "*"
+    assert "night would make 7 changes (more than review.max_auto_changes, 5)" in held[0]["message"]
+
+
+def test_a_first_night_on_a_hand_made_history_archives_nothing_a_user_would_miss(
+    store_url: str, tmp_path: Path
+):
+    """Two users over 90 days (a move, job and phone changes, an allergy, paraphrases, chit-chat): importance
+    >= 0.8 is never archived, a row is never promoted and archived at once, the mass archive waits for review,
+    and no semantic node mixes a fact with its replacement or with another fact."""
+    warehouse = tmp_path / "wh"
+    with open_store(store_url, migrate=True) as store:
+        summary = import_jsonl(
+            store, HISTORY, default_namespace=None, embedding_dim=384, rejects_path=tmp_path / "r"
+        )
+    assert summary.imported == 40
+    result = execute_job("nightly", AS_OF, store=store_url, warehouse=str(warehouse), config_path=None)
+    assert result["success"], result.get("error")
+    assert "held for review" in result["warnings"]["volume_guard"]
+    moves = Warehouse(warehouse).read_table("retention", AS_OF).to_pylist()
+    with open_store(store_url) as store:
+        important = {r[0] for r in store.query("SELECT id FROM memories WHERE importance >= 0.8")}
+        assert important == {"maya-04", "tom-07"}  # an allergy, an intolerance
+        assert not important & {m["id"] for m in moves}
+        boston = store.get("maya-01")  # accessed 4 times, last 70 days ago: promoted, not archived with it
+        assert (boston["tier"], boston["zone"]) == ("ltm", "active")
+        assert "maya-01" not in {m["id"] for m in moves}
+        # Nothing was hidden automatically; the held set carries the archive, and approving it applies it.
+        assert (
+            store.query("SELECT count(*) FROM memories WHERE zone <> 'active' OR superseded_by IS NOT NULL")[
+                0
+            ][0]
+            == 0
+        )
+        held_id = result["steps"]["change_set"]["held_change_set"]
+        record, held = load_change_set(store, held_id)
+        assert record.review_class == "held" and held.num_rows == len(moves) > 0
+        # The move and the new phone number are flagged against what they replace (both stay visible).
+        flagged = {
+            frozenset(p)
+            for p in store.query("SELECT src_id, dst_id FROM memory_links WHERE kind = 'contradicts'")
+        }
+        assert {frozenset(("maya-01", "maya-12")), frozenset(("maya-02", "maya-14"))} <= flagged
+        nodes = store.query("SELECT content, metadata FROM memories WHERE kind = 'semantic'")
+        for content, metadata in nodes:
+            sources = (json.loads(metadata) if isinstance(metadata, str) else metadata)["semantic"]["sources"]
+            assert sources in (["maya-06", "maya-07"],), (content, sources)  # the hiking paraphrase only
+        approve_change_set(store, held_id, actor="test")
+        outcome = apply_change_set(store, held_id, actor="test")
+        assert outcome.applied == held.num_rows
+        assert {r[0] for r in store.query("SELECT id FROM memories WHERE zone = 'archived'")} == {
+            m["id"] for m in moves
+        }
+        assert all(store.get(i)["zone"] == "active" for i in important)
