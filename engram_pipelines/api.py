@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import engram_pipelines
 from engram_pipelines.changes.apply import ApplyResult as ApplyResult
@@ -44,6 +44,9 @@ from engram_pipelines.store import open_store as _open_store
 
 __all__ = engram_pipelines.__all__  # the package lists the API's names once
 
+if TYPE_CHECKING:  # the runner imports Dagster when a job runs; the type alone costs nothing
+    from engram_pipelines.orchestration.runner import RunSummary
+
 
 def open_store(url: str | None = None, *, migrate: bool = False) -> Store:
     """The live store at `url` (default: ENGRAM_STORE_URL, else the embedded SQLite store); a context manager.
@@ -58,7 +61,7 @@ def run_night(
     store: str | None = None,
     warehouse: str | Path | None = None,
     config_path: str | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Run a job (`nightly` or `consolidate`) in process for one as-of day (default today, UTC); the summary
     `run --json` prints. One run at a time per warehouse (WarehouseBusy names the other)."""
     from engram_pipelines.orchestration.runner import execute_job  # Dagster: imported only when a job runs

@@ -6,7 +6,7 @@ import datetime as dt
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
@@ -25,6 +25,9 @@ from engram_pipelines.cli.common import (
     parse_date,
 )
 from engram_pipelines.config.model import load_config, store_url, warehouse_path
+
+if TYPE_CHECKING:  # the runner is imported when a job runs: other commands start without Dagster
+    from engram_pipelines.orchestration.runner import RunSummary
 
 
 @main.command()
@@ -144,7 +147,7 @@ def _known_partition(as_of: dt.date) -> dt.date:
 
 def run_job(
     job: str, as_of: dt.date, store_arg: str | None, warehouse: str | None, config_path: str | None
-) -> dict[str, Any]:
+) -> RunSummary:
     from engram_pipelines.orchestration.runner import execute_job
 
     _known_partition(as_of)
@@ -159,7 +162,7 @@ def run_job(
     )
 
 
-def print_summary(summary: dict[str, Any]) -> None:
+def print_summary(summary: RunSummary) -> None:
     state = "[green]succeeded[/]" if summary["success"] else "[red]failed[/]"
     console.print(f"[bold]{summary['job']}[/] for {summary['as_of']} {state} in {summary['seconds']:.1f}s")
     table = Table(show_header=True, header_style="bold")

@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from engram_pipelines.warehouse.tables import run_lock
 
@@ -54,9 +54,32 @@ _SUMMARY_KEYS = (
 )
 
 
+class RunSummary(TypedDict):
+    """What a job run reports (`run --json` prints it; the API and the tests read it)."""
+
+    job: str
+    as_of: str  # ISO date
+    run_id: str
+    success: bool
+    seconds: float
+    steps: dict[str, dict[str, Any]]  # asset -> its summary metadata (row_count, config_fingerprint, ...)
+    checks: dict[str, bool]  # asset check -> passed
+    processes: int  # 1 in process; more on local processes or Dask workers
+    warnings: NotRequired[dict[str, str]]  # checks that warned, with their description
+    step_seconds: NotRequired[dict[str, float]]
+    error: NotRequired[str]  # the first failed step, and why
+    report_path: NotRequired[str]  # the health report
+    # What the command line adds: `demo`, the corpus loaded; `consolidate`, the merge summary, the review page and
+    # the sets that wait for review.
+    demo: NotRequired[dict[str, int] | None]
+    consolidation: NotRequired[dict[str, Any]]
+    review_report: NotRequired[str]
+    waiting_for_review: NotRequired[list[dict[str, Any]]]
+
+
 def execute_job(
     job: str, as_of: dt.date, *, store: str, warehouse: str, config_path: str | None, log_level: str = "INFO"
-) -> dict[str, Any]:
+) -> RunSummary:
     with run_lock(Path(warehouse), job, as_of):
         return _execute_job(
             job, as_of, store=store, warehouse=warehouse, config_path=config_path, log_level=log_level
@@ -65,7 +88,7 @@ def execute_job(
 
 def _execute_job(
     job: str, as_of: dt.date, *, store: str, warehouse: str, config_path: str | None, log_level: str
-) -> dict[str, Any]:
+) -> RunSummary:
     import dagster as dg
 
     module = DEFINITIONS_MODULE
@@ -90,7 +113,7 @@ def _execute_job(
         )
     else:
         result = _execute_out_of_process(job, as_of, module, (store, warehouse, config_path), run_config)
-    summary: dict[str, Any] = {
+    summary: RunSummary = {
         "job": job,
         "as_of": as_of.isoformat(),
         "run_id": result.run_id,
@@ -98,6 +121,7 @@ def _execute_job(
         "seconds": round(time.perf_counter() - started, 2),
         "steps": {},
         "checks": {},
+        "processes": 0,
     }
     step_processes: set[int | None] = set()
     for event in result.all_events:
@@ -124,7 +148,7 @@ def _execute_job(
             summary["error"] = (
                 f"step {event.step_key} failed: {error.message.strip() if error else 'unknown error'}"
             )
-    summary["processes"] = len(step_processes)  # 1 in process; more on local processes or Dask workers
+    summary["processes"] = len(step_processes)
     return summary
 
 
