@@ -8,27 +8,28 @@ instead makes one night settle.
 
 from __future__ import annotations
 
-import duckdb
 import pyarrow as pa
+
+from engram_pipelines.core.duck import duck
 
 
 def project_auto_transitions(memories: pa.Table, duplicates: pa.Table, retention: pa.Table) -> pa.Table:
     """`memories` with tonight's duplicate losers superseded and retention's zone moves made."""
-    con = duckdb.connect()
-    con.register("m", memories)
-    con.register("d", duplicates.select(["loser", "canonical"]))
-    con.register("r", retention.select(["id", "to_zone"]))
-    projected = con.sql(
-        """
-        SELECT m.* REPLACE (
-            coalesce(m.superseded_by, d.canonical) AS superseded_by,
-            CASE WHEN r.to_zone IN ('archived', 'purge_queue', 'active') THEN r.to_zone ELSE m.zone END AS zone
-        )
-        FROM m
-        LEFT JOIN (SELECT loser, min(canonical) AS canonical FROM d GROUP BY loser) d ON d.loser = m.id
-        LEFT JOIN r ON r.id = m.id AND r.to_zone <> 'purged'
-        ANTI JOIN (SELECT id FROM r WHERE to_zone = 'purged') gone ON gone.id = m.id
-        ORDER BY m.id
-        """
-    ).to_arrow_table()
-    return projected.cast(memories.schema)
+    with duck() as con:
+        con.register("m", memories)
+        con.register("d", duplicates.select(["loser", "canonical"]))
+        con.register("r", retention.select(["id", "to_zone"]))
+        projected = con.sql(
+            """
+            SELECT m.* REPLACE (
+                coalesce(m.superseded_by, d.canonical) AS superseded_by,
+                CASE WHEN r.to_zone IN ('archived', 'purge_queue', 'active') THEN r.to_zone ELSE m.zone END AS zone
+            )
+            FROM m
+            LEFT JOIN (SELECT loser, min(canonical) AS canonical FROM d GROUP BY loser) d ON d.loser = m.id
+            LEFT JOIN r ON r.id = m.id AND r.to_zone <> 'purged'
+            ANTI JOIN (SELECT id FROM r WHERE to_zone = 'purged') gone ON gone.id = m.id
+            ORDER BY m.id
+            """
+        ).to_arrow_table()
+        return projected.cast(memories.schema)

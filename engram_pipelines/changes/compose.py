@@ -27,6 +27,7 @@ from engram_pipelines.changes.intents import (
     select_intents,
 )
 from engram_pipelines.core import jsontext, records
+from engram_pipelines.core.duck import duck
 
 CHANGE_SCHEMA = pa.schema(
     [
@@ -129,43 +130,43 @@ def _compose_range(
     intents: pa.Table, memories: pa.Table, at: dt.datetime, sql_fold: bool
 ) -> dict[str, pa.Table]:
     """review class -> unaddressed changes of these intents."""
-    con = duckdb.connect()
-    con.register("intents", intents)
-    con.register("memories", memories)
-    # A link with one intent is most of a nightly's changes (temporal edges): composed in SQL, in bulk.
-    lone_links = con.sql(_LONE_LINKS_SQL).to_arrow_table()
-    # So are the memory changes made only of lifecycle ops (see fold_sql).
-    con.register("sql_targets", sql_fold_targets(con) if sql_fold else SQL_TARGETS_SCHEMA.empty_table())
-    folded = fold_in_sql(con, at)
-    # Ordered: a change lists its intents' evidence in this order, and a join's output order is not fixed.
-    rest = con.sql(
-        "SELECT i.* FROM intents i ANTI JOIN lone_links l USING (review_class, target_kind, target_id) "
-        "ANTI JOIN sql_targets t ON i.target_kind = 'memory' AND t.review_class = i.review_class "
-        "AND t.target_id = i.target_id "
-        "ORDER BY review_class, target_kind, target_id, source, op, params, reason, evidence"
-    ).to_arrow_table()
-    grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in rest.to_pylist():
-        grouped[(row["review_class"], row["target_kind"], row["target_id"])].append(row)
-    memory_ids = sorted({target for (_, kind, target) in grouped if kind == "memory"})
-    rows = snapshot_rows(con, memory_ids)
-    out: dict[str, list[dict[str, Any]]] = {klass: [] for klass in REVIEW_CLASSES}
-    for (klass, kind, target), members in sorted(grouped.items()):
-        change = _compose_one(kind, target, members, rows.get(target), at)
-        if change is not None:
-            out[klass].append({**change, "review_class": klass})
-    return {
-        klass: pa.concat_tables(
-            [
-                pa.Table.from_pylist(changes, schema=_UNADDRESSED),
-                *(
-                    t.filter(pc.equal(t["review_class"], klass)).cast(_UNADDRESSED)
-                    for t in (lone_links, folded)
-                ),
-            ]
-        )
-        for klass, changes in out.items()
-    }
+    with duck() as con:
+        con.register("intents", intents)
+        con.register("memories", memories)
+        # A link with one intent is most of a nightly's changes (temporal edges): composed in SQL, in bulk.
+        lone_links = con.sql(_LONE_LINKS_SQL).to_arrow_table()
+        # So are the memory changes made only of lifecycle ops (see fold_sql).
+        con.register("sql_targets", sql_fold_targets(con) if sql_fold else SQL_TARGETS_SCHEMA.empty_table())
+        folded = fold_in_sql(con, at)
+        # Ordered: a change lists its intents' evidence in this order, and a join's output order is not fixed.
+        rest = con.sql(
+            "SELECT i.* FROM intents i ANTI JOIN lone_links l USING (review_class, target_kind, target_id) "
+            "ANTI JOIN sql_targets t ON i.target_kind = 'memory' AND t.review_class = i.review_class "
+            "AND t.target_id = i.target_id "
+            "ORDER BY review_class, target_kind, target_id, source, op, params, reason, evidence"
+        ).to_arrow_table()
+        grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+        for row in rest.to_pylist():
+            grouped[(row["review_class"], row["target_kind"], row["target_id"])].append(row)
+        memory_ids = sorted({target for (_, kind, target) in grouped if kind == "memory"})
+        rows = snapshot_rows(con, memory_ids)
+        out: dict[str, list[dict[str, Any]]] = {klass: [] for klass in REVIEW_CLASSES}
+        for (klass, kind, target), members in sorted(grouped.items()):
+            change = _compose_one(kind, target, members, rows.get(target), at)
+            if change is not None:
+                out[klass].append({**change, "review_class": klass})
+        return {
+            klass: pa.concat_tables(
+                [
+                    pa.Table.from_pylist(changes, schema=_UNADDRESSED),
+                    *(
+                        t.filter(pc.equal(t["review_class"], klass)).cast(_UNADDRESSED)
+                        for t in (lone_links, folded)
+                    ),
+                ]
+            )
+            for klass, changes in out.items()
+        }
 
 
 # The same documents _compose_one writes for a link with one intent, spelled in SQL (json text is built from
@@ -276,13 +277,13 @@ _UNADDRESSED = pa.schema([f for f in CHANGE_SCHEMA if f.name not in ("change_id"
 
 def _address(changes: pa.Table) -> pa.Table:
     """Each change's id hashes all its columns; sorted as the set is stored."""
-    con = duckdb.connect()
-    con.register("changes", changes)
-    columns = ", ".join(f.name for f in _UNADDRESSED)
-    return con.sql(
-        f"SELECT sha256(to_json(struct_pack({columns})))[:24] AS change_id, {columns} FROM changes "
-        "ORDER BY namespace, target_kind, target_id"
-    ).to_arrow_table()
+    with duck() as con:
+        con.register("changes", changes)
+        columns = ", ".join(f.name for f in _UNADDRESSED)
+        return con.sql(
+            f"SELECT sha256(to_json(struct_pack({columns})))[:24] AS change_id, {columns} FROM changes "
+            "ORDER BY namespace, target_kind, target_id"
+        ).to_arrow_table()
 
 
 def _finish(parts: list[pa.Table], *, as_of: dt.date, job: str, klass: str) -> pa.Table:

@@ -17,6 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from engram_pipelines.config.model import ReviewConfig
+from engram_pipelines.core.duck import duck
 
 HIDING = """(i.op IN ('supersede', 'purge')
     OR (i.op = 'move_zone' AND json_extract_string(i.params, '$.to') IN ('archived', 'purge_queue')))"""
@@ -27,8 +28,7 @@ def hold_for_review(
 ) -> tuple[pa.Table, list[dict]]:
     """(`intents` with the held ones in the `held` class, what was held: one entry per namespace, or one for
     the whole night when the ceiling was passed, each with a `message`)."""
-    con = duckdb.connect()
-    try:
+    with duck() as con:
         con.register("i", intents)
         con.register("m", memories.select(["id", "namespace", "zone", "superseded_by"]))
         ceiling = review.max_auto_changes
@@ -77,8 +77,6 @@ def hold_for_review(
             "AND i.target_id IN (SELECT id FROM m WHERE zone = 'active' AND superseded_by IS NULL)"
         )
         return _held(con, where, None, intents.schema), held
-    finally:
-        con.close()
 
 
 def _held(con: duckdb.DuckDBPyConnection, where: str, message: str | None, schema: pa.Schema) -> pa.Table:

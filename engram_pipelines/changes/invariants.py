@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import duckdb
 import pyarrow as pa
+
+from engram_pipelines.core.duck import duck
 
 
 def _violations(sql: str, **tables: pa.Table) -> list[dict[str, str]]:
-    con = duckdb.connect()
-    for name, table in tables.items():
-        con.register(name, table)
-    rows = con.execute(sql).fetchall()
-    columns = [d[0] for d in con.description]
-    return [dict(zip(columns, map(str, r), strict=True)) for r in rows]
+    with duck() as con:
+        for name, table in tables.items():
+            con.register(name, table)
+        rows = con.execute(sql).fetchall()
+        columns = [d[0] for d in con.description]
+        return [dict(zip(columns, map(str, r), strict=True)) for r in rows]
 
 
 def destructive_on_pinned(changes: pa.Table, memories: pa.Table) -> list[dict[str, str]]:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.config.model import Config
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress, SilentProgress
 from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.night.wiring import (
@@ -47,22 +47,22 @@ class BackfillSummary:
 def as_of_state(corpus: pa.Table, day: dt.date) -> pa.Table:
     """The corpus as it stood at the end of `day` (see the module docstring for what can be known)."""
     cutoff = end_of_day(day)
-    con = duckdb.connect()
-    con.register("c", corpus)
-    return (
-        con.sql(
-            f"""
-        SELECT * REPLACE (
-            CASE WHEN last_accessed_at < TIMESTAMPTZ '{cutoff.isoformat()}' THEN last_accessed_at END
-                AS last_accessed_at,
-            'active' AS zone, NULL::TIMESTAMPTZ AS zone_since, NULL::VARCHAR AS superseded_by,
-            false AS stale, NULL::DOUBLE AS score)
-        FROM c WHERE created_at < TIMESTAMPTZ '{cutoff.isoformat()}' ORDER BY id
-        """
+    with duck() as con:
+        con.register("c", corpus)
+        return (
+            con.sql(
+                f"""
+            SELECT * REPLACE (
+                CASE WHEN last_accessed_at < TIMESTAMPTZ '{cutoff.isoformat()}' THEN last_accessed_at END
+                    AS last_accessed_at,
+                'active' AS zone, NULL::TIMESTAMPTZ AS zone_since, NULL::VARCHAR AS superseded_by,
+                false AS stale, NULL::DOUBLE AS score)
+            FROM c WHERE created_at < TIMESTAMPTZ '{cutoff.isoformat()}' ORDER BY id
+            """
+            )
+            .to_arrow_table()
+            .cast(corpus.schema)
         )
-        .to_arrow_table()
-        .cast(corpus.schema)
-    )
 
 
 def pairs_as_of(pairs: pa.Table, state: pa.Table) -> pa.Table:

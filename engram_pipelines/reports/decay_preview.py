@@ -10,13 +10,13 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
 from engram_pipelines.analyses.lifecycle.decay import decay_scores
 from engram_pipelines.analyses.lifecycle.retention import retention_moves
 from engram_pipelines.config.model import Config
 from engram_pipelines.core import mdtext
+from engram_pipelines.core.duck import duck
 
 FALLING_OFF_LIMIT = 200
 
@@ -96,43 +96,43 @@ def preview_decay(memories: pa.Table, config: Config, now: dt.datetime, at: dt.d
     scores_now = decay_scores(memories, config, now)
     scores_then = decay_scores(memories, config, at)
     moves = retention_moves(memories, scores_then, config, at)
-    con = duckdb.connect()
-    con.register("memories", memories.select(["id", "namespace", "content", "zone", "stale"]))
-    con.register("now_s", scores_now.select(["id", "score", "stale_after"]))
-    con.register("then_s", scores_then.select(["id", "score", "stale_after"]))
-    con.register("moves", moves.select(["id", "to_zone"]))
-    per_namespace = con.execute(
-        """
-        SELECT m.namespace, count(*) AS rows,
-            -- Against the store's own mark, so tonight's marks count too (a preview for today shows them).
-            count(*) FILTER (WHERE t.stale_after AND NOT m.stale) AS newly_stale,
-            count(*) FILTER (WHERE mv.to_zone = 'archived') AS would_archive,
-            count(*) FILTER (WHERE mv.to_zone = 'purge_queue') AS would_queue_for_purge,
-            count(*) FILTER (WHERE mv.to_zone = 'purged') AS would_purge
-        FROM memories m JOIN now_s n USING (id) JOIN then_s t USING (id) LEFT JOIN moves mv USING (id)
-        GROUP BY m.namespace ORDER BY m.namespace
-        """
-    ).fetchall()
-    falling = con.execute(
-        f"""
-        SELECT m.id, m.namespace, m.content, n.score AS score_now, t.score AS score_then,
-            coalesce(mv.to_zone, 'go stale') AS would
-        FROM memories m JOIN now_s n USING (id) JOIN then_s t USING (id) LEFT JOIN moves mv USING (id)
-        WHERE mv.to_zone IN ('archived', 'purge_queue', 'purged') OR (t.stale_after AND NOT m.stale)
-        ORDER BY (mv.to_zone = 'purged') DESC, t.score, m.id
-        LIMIT {FALLING_OFF_LIMIT}
-        """
-    ).fetchall()
-    names = ["namespace", "rows", "newly_stale", "would_archive", "would_queue_for_purge", "would_purge"]
-    fall_names = FALLING_OFF_SCHEMA.names
-    return DecayPreview(
-        now=now,
-        at=at,
-        per_namespace=[dict(zip(names, r, strict=True)) for r in per_namespace],
-        falling_off=[dict(zip(fall_names, r, strict=True)) for r in falling],
-        scores_now=scores_now,
-        scores_then=scores_then,
-    )
+    with duck() as con:
+        con.register("memories", memories.select(["id", "namespace", "content", "zone", "stale"]))
+        con.register("now_s", scores_now.select(["id", "score", "stale_after"]))
+        con.register("then_s", scores_then.select(["id", "score", "stale_after"]))
+        con.register("moves", moves.select(["id", "to_zone"]))
+        per_namespace = con.execute(
+            """
+            SELECT m.namespace, count(*) AS rows,
+                -- Against the store's own mark, so tonight's marks count too (a preview for today shows them).
+                count(*) FILTER (WHERE t.stale_after AND NOT m.stale) AS newly_stale,
+                count(*) FILTER (WHERE mv.to_zone = 'archived') AS would_archive,
+                count(*) FILTER (WHERE mv.to_zone = 'purge_queue') AS would_queue_for_purge,
+                count(*) FILTER (WHERE mv.to_zone = 'purged') AS would_purge
+            FROM memories m JOIN now_s n USING (id) JOIN then_s t USING (id) LEFT JOIN moves mv USING (id)
+            GROUP BY m.namespace ORDER BY m.namespace
+            """
+        ).fetchall()
+        falling = con.execute(
+            f"""
+            SELECT m.id, m.namespace, m.content, n.score AS score_now, t.score AS score_then,
+                coalesce(mv.to_zone, 'go stale') AS would
+            FROM memories m JOIN now_s n USING (id) JOIN then_s t USING (id) LEFT JOIN moves mv USING (id)
+            WHERE mv.to_zone IN ('archived', 'purge_queue', 'purged') OR (t.stale_after AND NOT m.stale)
+            ORDER BY (mv.to_zone = 'purged') DESC, t.score, m.id
+            LIMIT {FALLING_OFF_LIMIT}
+            """
+        ).fetchall()
+        names = ["namespace", "rows", "newly_stale", "would_archive", "would_queue_for_purge", "would_purge"]
+        fall_names = FALLING_OFF_SCHEMA.names
+        return DecayPreview(
+            now=now,
+            at=at,
+            per_namespace=[dict(zip(names, r, strict=True)) for r in per_namespace],
+            falling_off=[dict(zip(fall_names, r, strict=True)) for r in falling],
+            scores_now=scores_now,
+            scores_then=scores_then,
+        )
 
 
 def score_distribution_png(preview: DecayPreview, stale_threshold: float) -> bytes:

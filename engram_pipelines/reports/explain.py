@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engram_pipelines.changes.registry import change_set_places
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.timestamps import format_timestamp
 from engram_pipelines.store import Store
 
@@ -81,41 +81,41 @@ def _changes_touching(store: Store, memory_id: str, warehouse_root: Path | None)
     ]
     if not paths:
         return []
-    con = duckdb.connect()
-    # Quotes in a path are doubled: a warehouse under "O'Brien's files" is a path like any other.
-    files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
-    rows = con.execute(
-        f"""
-        SELECT change_set_id, change_id, target_id, ops, reason, evidence, patch, cluster_id
-        FROM read_parquet({files}, union_by_name = true)
-        WHERE target_id = ? OR contains(patch, ?) OR contains(intents, ?)
-        ORDER BY change_set_id, change_id
-        """,
-        # The id as the JSON texts hold it (a `"` in it is escaped there).
-        [memory_id, json.dumps(memory_id, ensure_ascii=False), json.dumps(memory_id, ensure_ascii=False)],
-    ).fetchall()
-    ledgers: dict[str, dict[str, tuple[str, str | None]]] = {}
-    out = []
-    for change_set_id, change_id, target, ops, reason, evidence, patch, cluster in rows:
-        ledger = ledgers.setdefault(change_set_id, store.ledger(change_set_id))
-        record = records[change_set_id]
-        out.append(
-            {
-                "change_set_id": change_set_id,
-                "as_of": record.as_of,
-                "snapshot_partition": f"memories/as_of={record.as_of}",
-                "status": record.status,
-                "target_id": target,
-                "role": "target" if target == memory_id else "referenced",
-                "ops": list(ops),
-                "reason": reason,
-                "evidence": json.loads(evidence),
-                "cluster_id": cluster,
-                "outcome": ledger.get(change_id, ("pending", None))[0],
-                "patch": json.loads(patch),
-            }
-        )
-    return out
+    with duck() as con:
+        # Quotes in a path are doubled: a warehouse under "O'Brien's files" is a path like any other.
+        files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+        rows = con.execute(
+            f"""
+            SELECT change_set_id, change_id, target_id, ops, reason, evidence, patch, cluster_id
+            FROM read_parquet({files}, union_by_name = true)
+            WHERE target_id = ? OR contains(patch, ?) OR contains(intents, ?)
+            ORDER BY change_set_id, change_id
+            """,
+            # The id as the JSON texts hold it (a `"` in it is escaped there).
+            [memory_id, json.dumps(memory_id, ensure_ascii=False), json.dumps(memory_id, ensure_ascii=False)],
+        ).fetchall()
+        ledgers: dict[str, dict[str, tuple[str, str | None]]] = {}
+        out = []
+        for change_set_id, change_id, target, ops, reason, evidence, patch, cluster in rows:
+            ledger = ledgers.setdefault(change_set_id, store.ledger(change_set_id))
+            record = records[change_set_id]
+            out.append(
+                {
+                    "change_set_id": change_set_id,
+                    "as_of": record.as_of,
+                    "snapshot_partition": f"memories/as_of={record.as_of}",
+                    "status": record.status,
+                    "target_id": target,
+                    "role": "target" if target == memory_id else "referenced",
+                    "ops": list(ops),
+                    "reason": reason,
+                    "evidence": json.loads(evidence),
+                    "cluster_id": cluster,
+                    "outcome": ledger.get(change_id, ("pending", None))[0],
+                    "patch": json.loads(patch),
+                }
+            )
+        return out
 
 
 def render_explanation(story: dict[str, Any]) -> str:

@@ -6,10 +6,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
 from engram_pipelines.core import mdtext
+from engram_pipelines.core.duck import duck
 from engram_pipelines.store import Store
 
 # One aggregate, written once, evaluated by DuckDB over the snapshot and by the store over the live rows.
@@ -58,16 +58,18 @@ COUNTED_COLUMNS = [
 
 
 def snapshot_counts(memories: pa.Table) -> dict[str, dict[str, float]]:
-    con = duckdb.connect()
-    con.register(
-        "memories", memories.drop_columns(["embedding"]) if "embedding" in memories.column_names else memories
-    )
-    rows = con.execute(
-        _select(
-            "json_exists(metadata, '$.contradictionWith')", "json_extract_string(metadata, '$.semantic.tier')"
+    with duck() as con:
+        con.register(
+            "memories",
+            memories.drop_columns(["embedding"]) if "embedding" in memories.column_names else memories,
         )
-    ).fetchall()
-    return _by_namespace(rows)
+        rows = con.execute(
+            _select(
+                "json_exists(metadata, '$.contradictionWith')",
+                "json_extract_string(metadata, '$.semantic.tier')",
+            )
+        ).fetchall()
+        return _by_namespace(rows)
 
 
 def live_counts(store: Store) -> dict[str, dict[str, float]]:

@@ -12,10 +12,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
-
 from engram_pipelines.changes.propose import guarded_intents
 from engram_pipelines.config.model import ANALYSES, Config
+from engram_pipelines.core.duck import duck
 from engram_pipelines.warehouse.tables import Warehouse
 
 
@@ -44,14 +43,14 @@ class NightPreview:
 def night_preview(warehouse: Warehouse, as_of: dt.date, config: Config) -> NightPreview:
     """The proposals of a `preview` run in `warehouse`, through the switches and the volume guard."""
     intents, held = guarded_intents(warehouse, as_of, list(ANALYSES), config)
-    con = duckdb.connect()
-    con.register("i", intents.select(["source", "namespace", "review_class", "op", "params"]))
-    rows = con.sql(
-        """
-        SELECT source AS analysis, namespace, review_class,
-            CASE WHEN op = 'move_zone' THEN 'move_zone:' || json_extract_string(params, '$.to') ELSE op END AS op,
-            count(*) AS changes
-        FROM i GROUP BY ALL ORDER BY analysis, namespace, review_class, op
-        """
-    ).to_arrow_table()
-    return NightPreview(as_of, rows.to_pylist() if rows.num_rows else [], held)
+    with duck() as con:
+        con.register("i", intents.select(["source", "namespace", "review_class", "op", "params"]))
+        rows = con.sql(
+            """
+            SELECT source AS analysis, namespace, review_class,
+                CASE WHEN op = 'move_zone' THEN 'move_zone:' || json_extract_string(params, '$.to') ELSE op END AS op,
+                count(*) AS changes
+            FROM i GROUP BY ALL ORDER BY analysis, namespace, review_class, op
+            """
+        ).to_arrow_table()
+        return NightPreview(as_of, rows.to_pylist() if rows.num_rows else [], held)

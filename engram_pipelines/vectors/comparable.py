@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress
 from engram_pipelines.vectors.embeddings import Embedder, embed_in_batches
 from engram_pipelines.warehouse.content_cache import ContentCache
@@ -87,24 +87,24 @@ def _row_flags(memories: pa.Table) -> pa.Table:
     """Per row, in order: excluded (metadata `embeddingExcluded`), the content's hash (`sha`: `content_sha`
     computed by DuckDB) and whether a stored vector is current (no recorded hash, or the content's). The vectors
     never pass through DuckDB: its result would be a second copy of them."""
-    con = duckdb.connect()
-    n = memories.num_rows
-    con.register(
-        "m",
-        memories.select(["content", "metadata", "embedded_content_sha"]).append_column(
-            "pos", pa.array(np.arange(n, dtype=np.int64))
-        ),
-    )
-    flags = con.sql(
-        """
-        SELECT pos, coalesce(TRY_CAST(json_extract(metadata, '$.embeddingExcluded') AS BOOLEAN), false) AS excluded,
-            sha, embedded_content_sha IS NULL OR embedded_content_sha = sha AS fresh
-        FROM (SELECT *, left(sha256(content), 16) AS sha FROM m)
-        """
-    ).to_arrow_table()
-    if not np.array_equal(flags["pos"].to_numpy(), np.arange(n)):
-        flags = flags.sort_by("pos")
-    return flags
+    with duck() as con:
+        n = memories.num_rows
+        con.register(
+            "m",
+            memories.select(["content", "metadata", "embedded_content_sha"]).append_column(
+                "pos", pa.array(np.arange(n, dtype=np.int64))
+            ),
+        )
+        flags = con.sql(
+            """
+            SELECT pos, coalesce(TRY_CAST(json_extract(metadata, '$.embeddingExcluded') AS BOOLEAN), false) AS excluded,
+                sha, embedded_content_sha IS NULL OR embedded_content_sha = sha AS fresh
+            FROM (SELECT *, left(sha256(content), 16) AS sha FROM m)
+            """
+        ).to_arrow_table()
+        if not np.array_equal(flags["pos"].to_numpy(), np.arange(n)):
+            flags = flags.sort_by("pos")
+        return flags
 
 
 def partition_vectors(

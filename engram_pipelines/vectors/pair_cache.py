@@ -13,11 +13,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress
 from engram_pipelines.vectors.pairs import PAIR_SCHEMA, vector_pairs
 from engram_pipelines.warehouse.content_cache import discard_unreadable
@@ -36,16 +36,16 @@ class CachedPairs:
 
 def namespace_fingerprints(vectors: pa.Table) -> pa.Table:
     """(namespace, fingerprint): rows, models and vector values of each namespace, in any order."""
-    con = duckdb.connect()
-    con.register("v", vectors.select(["id", "namespace", "model", "vector"]))
-    return (
-        con.sql(
-            "SELECT namespace, count(*)::VARCHAR || ':' || bit_xor(hash(id, model, vector))::VARCHAR AS fingerprint "
-            "FROM v GROUP BY namespace ORDER BY namespace"
+    with duck() as con:
+        con.register("v", vectors.select(["id", "namespace", "model", "vector"]))
+        return (
+            con.sql(
+                "SELECT namespace, count(*)::VARCHAR || ':' || bit_xor(hash(id, model, vector))::VARCHAR AS fingerprint "
+                "FROM v GROUP BY namespace ORDER BY namespace"
+            )
+            .to_arrow_table()
+            .cast(FINGERPRINTS)
         )
-        .to_arrow_table()
-        .cast(FINGERPRINTS)
-    )
 
 
 def cached_vector_pairs(
@@ -88,11 +88,11 @@ def _stored(path: Path) -> tuple[pa.Table | None, pa.Table | None]:
 
 
 def _unchanged(tonight: pa.Table, before: pa.Table) -> pa.Array:
-    con = duckdb.connect()
-    con.register("tonight", tonight)
-    con.register("before", before)
-    return (
-        con.sql("SELECT namespace FROM tonight JOIN before USING (namespace, fingerprint)")
-        .to_arrow_table()["namespace"]
-        .combine_chunks()
-    )
+    with duck() as con:
+        con.register("tonight", tonight)
+        con.register("before", before)
+        return (
+            con.sql("SELECT namespace FROM tonight JOIN before USING (namespace, fingerprint)")
+            .to_arrow_table()["namespace"]
+            .combine_chunks()
+        )

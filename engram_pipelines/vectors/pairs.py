@@ -7,11 +7,11 @@ pair at score 1.0 whether or not they have a vector.
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress
 from engram_pipelines.vectors.similarity import similar_pairs
 
@@ -74,58 +74,58 @@ def exact_content_pairs(memories: pa.Table) -> pa.Table:
     built from these edges has every member adjacent to its canonical without k^2 pairs. Only rows a merge
     may touch take part: active, not superseded, not excluded from comparison.
     """
-    con = duckdb.connect()
-    con.register(
-        "m",
-        memories.select(
-            [
-                "id",
-                "namespace",
-                "kind",
-                "content",
-                "metadata",
-                "importance",
-                "created_at",
-                "zone",
-                "superseded_by",
-            ]
-        ),
-    )
-    return (
-        con.sql(
+    with duck() as con:
+        con.register(
+            "m",
+            memories.select(
+                [
+                    "id",
+                    "namespace",
+                    "kind",
+                    "content",
+                    "metadata",
+                    "importance",
+                    "created_at",
+                    "zone",
+                    "superseded_by",
+                ]
+            ),
+        )
+        return (
+            con.sql(
+                """
+            WITH live AS (
+                SELECT id, namespace, kind, content,
+                    row_number() OVER (PARTITION BY namespace, kind, content
+                                       ORDER BY importance DESC, created_at DESC, id) AS rank
+                FROM m
+                WHERE zone = 'active' AND superseded_by IS NULL
+                  AND NOT coalesce(TRY_CAST(json_extract(metadata, '$.embeddingExcluded') AS BOOLEAN), false)
+            )
+            SELECT l.namespace, least(h.id, l.id) AS left_id, greatest(h.id, l.id) AS right_id,
+                1.0::DOUBLE AS score, true AS exact_content
+            FROM live l JOIN live h ON h.namespace = l.namespace AND h.kind = l.kind AND h.content = l.content
+                AND h.rank = 1 AND l.rank > 1
             """
-        WITH live AS (
-            SELECT id, namespace, kind, content,
-                row_number() OVER (PARTITION BY namespace, kind, content
-                                   ORDER BY importance DESC, created_at DESC, id) AS rank
-            FROM m
-            WHERE zone = 'active' AND superseded_by IS NULL
-              AND NOT coalesce(TRY_CAST(json_extract(metadata, '$.embeddingExcluded') AS BOOLEAN), false)
+            )
+            .to_arrow_table()
+            .cast(PAIR_SCHEMA)
         )
-        SELECT l.namespace, least(h.id, l.id) AS left_id, greatest(h.id, l.id) AS right_id,
-            1.0::DOUBLE AS score, true AS exact_content
-        FROM live l JOIN live h ON h.namespace = l.namespace AND h.kind = l.kind AND h.content = l.content
-            AND h.rank = 1 AND l.rank > 1
-        """
-        )
-        .to_arrow_table()
-        .cast(PAIR_SCHEMA)
-    )
 
 
 def merged_pairs(vector_pairs_table: pa.Table, exact: pa.Table) -> pa.Table:
     """Both sources, one row per pair: the higher score, exact if either says so; sorted."""
-    con = duckdb.connect()
-    con.register("v", vector_pairs_table)
-    con.register("e", exact)
-    return (
-        con.sql(
+    with duck() as con:
+        con.register("v", vector_pairs_table)
+        con.register("e", exact)
+        return (
+            con.sql(
+                """
+            SELECT namespace, left_id, right_id, max(score) AS score, bool_or(exact_content) AS exact_content
+            FROM (SELECT * FROM v UNION ALL SELECT * FROM e)
+            GROUP BY namespace, left_id, right_id ORDER BY namespace, left_id, right_id
             """
-        SELECT namespace, left_id, right_id, max(score) AS score, bool_or(exact_content) AS exact_content
-        FROM (SELECT * FROM v UNION ALL SELECT * FROM e)
-        GROUP BY namespace, left_id, right_id ORDER BY namespace, left_id, right_id
-        """
+            )
+            .to_arrow_table()
+            .cast(PAIR_SCHEMA)
         )
-        .to_arrow_table()
-        .cast(PAIR_SCHEMA)
-    )

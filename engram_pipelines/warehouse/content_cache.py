@@ -15,6 +15,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engram_pipelines.core.duck import duck
 from engram_pipelines.warehouse.tables import write_parquet
 
 _log = logging.getLogger(__name__)
@@ -48,12 +49,12 @@ class ContentCache:
 
     @staticmethod
     def _query(files: list[Path], shas: list[str]) -> pa.Table:
-        con = duckdb.connect()
-        con.register("wanted", pa.table({"sha": pa.array(shas, pa.string())}))
-        return con.sql(
-            f"SELECT * FROM read_parquet({[str(f) for f in files]}) c SEMI JOIN wanted w ON w.sha = c.sha "
-            "QUALIFY row_number() OVER (PARTITION BY c.sha) = 1"
-        ).to_arrow_table()
+        with duck() as con:
+            con.register("wanted", pa.table({"sha": pa.array(shas, pa.string())}))
+            return con.sql(
+                f"SELECT * FROM read_parquet({[str(f) for f in files]}) c SEMI JOIN wanted w ON w.sha = c.sha "
+                "QUALIFY row_number() OVER (PARTITION BY c.sha) = 1"
+            ).to_arrow_table()
 
     @staticmethod
     def _readable(path: Path) -> bool:

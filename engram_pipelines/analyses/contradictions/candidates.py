@@ -7,10 +7,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
 from engram_pipelines.analyses.contradictions.rules import RuleBook, load_rules
+from engram_pipelines.core.duck import duck
 
 # Structural candidates: at most this many most-recent memories per (namespace, subject, relation), so one
 # subject repeated in 10k memories yields at most K*(K-1)/2 pairs instead of 50M.
@@ -32,8 +32,7 @@ def structural_candidates(
     has_time = "created_at" in namespaces.column_names
     recency = "n.created_at" if has_time else "NULL"
     times = ", a.created_at AS left_created_at, b.created_at AS right_created_at" if has_time else ""
-    con = duckdb.connect()
-    try:
+    with duck() as con:
         con.register(
             "features",
             features.select(
@@ -70,8 +69,6 @@ def structural_candidates(
             ORDER BY a.namespace, left_id, right_id
             """
         ).to_arrow_table()
-    finally:
-        con.close()
 
 
 def _linked_ids(metadata: Any, keys: Sequence[str]) -> list[str]:

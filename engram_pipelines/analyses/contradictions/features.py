@@ -10,7 +10,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import duckdb
 import pyarrow as pa
 
 from engram_pipelines.analyses.contradictions.rules import (
@@ -24,6 +23,7 @@ from engram_pipelines.analyses.contradictions.rules import (
     RuleBook,
 )
 from engram_pipelines.changes.intents import content_sha
+from engram_pipelines.core.duck import duck
 from engram_pipelines.warehouse.content_cache import ContentCache
 
 # Words keep inner dots, dashes, slashes, apostrophes and colons ("node.js", "gpt-4", "don't", "9:30") and
@@ -507,13 +507,15 @@ def cached_memory_features(
         parsed = parsed.rename_columns(["sha", *FEATURES_SCHEMA.names[1:]])
         cache.add(parsed)
         known = parsed if known is None else pa.concat_tables([known.cast(parsed.schema), parsed])
-    con = duckdb.connect()
-    con.register(
-        "wanted", pa.table({"id": pa.array(ids, pa.string()), "sha": shas, "position": range(len(ids))})
-    )
-    con.register("known", known if known is not None else pa.table({"sha": pa.array([], pa.string())}))
-    return (
-        con.sql("SELECT w.id, k.* EXCLUDE (sha) FROM wanted w JOIN known k USING (sha) ORDER BY w.position")
-        .to_arrow_table()
-        .cast(FEATURES_SCHEMA)
-    )
+    with duck() as con:
+        con.register(
+            "wanted", pa.table({"id": pa.array(ids, pa.string()), "sha": shas, "position": range(len(ids))})
+        )
+        con.register("known", known if known is not None else pa.table({"sha": pa.array([], pa.string())}))
+        return (
+            con.sql(
+                "SELECT w.id, k.* EXCLUDE (sha) FROM wanted w JOIN known k USING (sha) ORDER BY w.position"
+            )
+            .to_arrow_table()
+            .cast(FEATURES_SCHEMA)
+        )

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -30,6 +29,7 @@ from engram_pipelines.analyses.contradictions.rules import RuleBook, load_rules
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config
+from engram_pipelines.core.duck import duck
 
 CONTRADICTION_SCHEMA = pa.schema(
     [
@@ -58,32 +58,32 @@ def _candidates(
     memories: pa.Table, pairs: pa.Table, features: pa.Table, rules: RuleBook, config: Config
 ) -> pa.Table:
     s = config.similarity
-    con = duckdb.connect()
-    con.register("p", pairs)
-    con.register("m", memories.select(["id", "namespace", "created_at"]))
-    structural = structural_candidates(features, memories.select(["id", "namespace", "created_at"]))
-    explicit = explicit_candidates(memories["id"].to_pylist(), memories["metadata"].to_pylist(), rules)
-    con.register("s", structural.select(["left_id", "right_id"]))
-    con.register("e", explicit.select(["left_id", "right_id"]))
-    # One row per pair with every source that proposed it; explicit links never cross a namespace either.
-    return con.sql(
-        f"""
-        WITH c AS (
-            SELECT left_id, right_id, 'band' AS source, score FROM p
-            WHERE score >= {float(s.contradiction_threshold)!r} AND score < {float(s.contradiction_threshold_max)!r}
-            UNION ALL SELECT left_id, right_id, 'structural', NULL FROM s
-            UNION ALL SELECT least(left_id, right_id), greatest(left_id, right_id), 'explicit', NULL FROM e
-        )
-        SELECT a.namespace, c.left_id, c.right_id,
-            string_agg(DISTINCT c.source, ',' ORDER BY c.source) AS sources, max(c.score) AS score,
-            bool_or(c.source = 'explicit') AS explicit,
-            any_value(a.created_at) AS left_created_at, any_value(b.created_at) AS right_created_at
-        FROM c JOIN m a ON a.id = c.left_id JOIN m b ON b.id = c.right_id
-        WHERE a.namespace = b.namespace
-        GROUP BY a.namespace, c.left_id, c.right_id
-        ORDER BY a.namespace, c.left_id, c.right_id
-        """
-    ).to_arrow_table()
+    with duck() as con:
+        con.register("p", pairs)
+        con.register("m", memories.select(["id", "namespace", "created_at"]))
+        structural = structural_candidates(features, memories.select(["id", "namespace", "created_at"]))
+        explicit = explicit_candidates(memories["id"].to_pylist(), memories["metadata"].to_pylist(), rules)
+        con.register("s", structural.select(["left_id", "right_id"]))
+        con.register("e", explicit.select(["left_id", "right_id"]))
+        # One row per pair with every source that proposed it; explicit links never cross a namespace either.
+        return con.sql(
+            f"""
+            WITH c AS (
+                SELECT left_id, right_id, 'band' AS source, score FROM p
+                WHERE score >= {float(s.contradiction_threshold)!r} AND score < {float(s.contradiction_threshold_max)!r}
+                UNION ALL SELECT left_id, right_id, 'structural', NULL FROM s
+                UNION ALL SELECT least(left_id, right_id), greatest(left_id, right_id), 'explicit', NULL FROM e
+            )
+            SELECT a.namespace, c.left_id, c.right_id,
+                string_agg(DISTINCT c.source, ',' ORDER BY c.source) AS sources, max(c.score) AS score,
+                bool_or(c.source = 'explicit') AS explicit,
+                any_value(a.created_at) AS left_created_at, any_value(b.created_at) AS right_created_at
+            FROM c JOIN m a ON a.id = c.left_id JOIN m b ON b.id = c.right_id
+            WHERE a.namespace = b.namespace
+            GROUP BY a.namespace, c.left_id, c.right_id
+            ORDER BY a.namespace, c.left_id, c.right_id
+            """
+        ).to_arrow_table()
 
 
 def find_contradictions(

@@ -32,14 +32,15 @@ import json
 import re
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.analyses.knowledge.semantic import CoherentCluster, coherent_clusters, rows_by_id
+from engram_pipelines.analyses.knowledge.clusters import CoherentCluster, coherent_clusters
+from engram_pipelines.analyses.knowledge.rows import rows_by_id
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import CompressionConfig, Config
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.timestamps import format_timestamp
 
 SOURCE = "compression"
@@ -108,39 +109,39 @@ def settled_clusters(pairs: pa.Table, eligible: pa.Table, cfg: CompressionConfig
 
 def eligible_rows(memories: pa.Table, scores: pa.Table, cfg: CompressionConfig) -> pa.Table:
     """The rows compression may touch, with what the summary needs (id, namespace, content, tier, ...)."""
-    con = duckdb.connect()
-    con.register(
-        "m",
-        memories.select(
-            [
-                "id",
-                "namespace",
-                "tier",
-                "kind",
-                "content",
-                "importance",
-                "score",
-                "zone",
-                "superseded_by",
-                "pinned",
-                "tags",
-                "metadata",
-            ]
-        ),
-    )
-    con.register("s", scores.select(["id", "score"]))
-    return con.sql(
-        f"""
-        SELECT m.id, m.namespace, m.tier, m.content, m.importance, m.tags,
-            coalesce(s.score, m.score) AS decay_score
-        FROM m LEFT JOIN s USING (id)
-        WHERE m.kind = 'episodic' AND m.zone = 'active' AND m.superseded_by IS NULL AND NOT m.pinned
-          AND json_extract(m.metadata, '$.contradictionWith') IS NULL
-          AND m.importance <= {float(cfg.max_importance)!r}
-          AND coalesce(s.score, m.score) <= {float(cfg.max_score)!r}
-        ORDER BY m.id
-        """
-    ).to_arrow_table()
+    with duck() as con:
+        con.register(
+            "m",
+            memories.select(
+                [
+                    "id",
+                    "namespace",
+                    "tier",
+                    "kind",
+                    "content",
+                    "importance",
+                    "score",
+                    "zone",
+                    "superseded_by",
+                    "pinned",
+                    "tags",
+                    "metadata",
+                ]
+            ),
+        )
+        con.register("s", scores.select(["id", "score"]))
+        return con.sql(
+            f"""
+            SELECT m.id, m.namespace, m.tier, m.content, m.importance, m.tags,
+                coalesce(s.score, m.score) AS decay_score
+            FROM m LEFT JOIN s USING (id)
+            WHERE m.kind = 'episodic' AND m.zone = 'active' AND m.superseded_by IS NULL AND NOT m.pinned
+              AND json_extract(m.metadata, '$.contradictionWith') IS NULL
+              AND m.importance <= {float(cfg.max_importance)!r}
+              AND coalesce(s.score, m.score) <= {float(cfg.max_score)!r}
+            ORDER BY m.id
+            """
+        ).to_arrow_table()
 
 
 def summary_id_for(namespace: str, members: tuple[str, ...] | list[str]) -> str:

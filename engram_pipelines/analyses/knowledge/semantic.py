@@ -56,20 +56,33 @@ Nothing here hides a row: every op is an insert, a link upsert or a metadata wri
 from __future__ import annotations
 
 import copy
-import dataclasses
 import datetime as dt
-import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.analyses.knowledge.chitchat import carries_knowledge, informativeness
+from engram_pipelines.analyses.knowledge.clusters import CoherentCluster, coherent_clusters
+from engram_pipelines.analyses.knowledge.nodes import (
+    PRIOR_CONFIDENCE,
+    PRIOR_PROBABILITY,
+    ROUND_DIGITS,
+    NodeState,
+    node_id_for,
+    reinforce,
+    tier_of,
+)
+from engram_pipelines.analyses.knowledge.rows import (
+    VectorIndex,
+    contradiction_partners,
+    memory_facts,
+    rows_by_id,
+)
 from engram_pipelines.analyses.merges.containment import same_fact_pairs
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
@@ -77,14 +90,7 @@ from engram_pipelines.config.model import Config, SemanticConfig
 from engram_pipelines.core.timestamps import format_timestamp, parse_timestamp
 
 SOURCE = "semantic"
-TIERS = ("raw", "corroborated", "assessed", "baseline")
-# The first source's prior on both axes; every further source moves them at the CLS dual learning rates
-# (seed 003: confidence, the strength of evidence, learns faster than probability).
-PRIOR_PROBABILITY = 0.5
-PRIOR_CONFIDENCE = 0.5
-CONFIDENCE_RATE = 0.1
-PROBABILITY_RATE = 0.05
-_DIGITS = 6  # stored numbers are rounded, so a rerun compares equal
+
 
 SEMANTIC_SCHEMA = pa.schema(
     [
@@ -109,347 +115,6 @@ SEMANTIC_SCHEMA = pa.schema(
 )
 
 
-# -- coherent clusters (shared with compression) -------------------------------------------------------------
-@dataclass(frozen=True)
-class CoherentCluster:
-    """Members all pairwise at or above the threshold; `scores` holds every member pair (sorted ids)."""
-
-    cluster_id: str
-    namespace: str
-    members: tuple[str, ...]  # sorted
-    medoid: str
-    scores: dict[tuple[str, str], float]
-
-    def score(self, a: str, b: str) -> float:
-        return 1.0 if a == b else self.scores[(a, b) if a < b else (b, a)]
-
-    def medoid_of(self, ids: Sequence[str]) -> str:
-        """The member of `ids` with the highest summed similarity to the others (ties: lowest id)."""
-        return min(ids, key=lambda i: (-sum(self.score(i, j) for j in ids if j != i), i))
-
-
-def coherent_clusters(
-    pairs: pa.Table, eligible: pa.Table, threshold: float, *, prefix: str
-) -> list[CoherentCluster]:
-    """Complete-linkage clusters of >= 2 `eligible` rows (id, namespace) over the pairs at >= `threshold`.
-
-    Centres are visited by degree, then summed similarity, then id (a static order, so the result depends only
-    on the input); each takes its unassigned neighbours best-first (score, then id), a neighbour joining only
-    if it is at or above the threshold to every member already taken. Pairs whose rows are not eligible or not
-    of the pair's namespace are ignored.
-    """
-    edges = _eligible_edges(pairs, eligible, threshold)
-    if edges.num_rows == 0:
-        return []
-    ids = pc.unique(pa.concat_arrays([edges["a"].combine_chunks(), edges["b"].combine_chunks()])).sort()
-    n = len(ids)
-    left = pc.index_in(edges["a"], value_set=ids).to_numpy(zero_copy_only=False).astype(np.int64)
-    right = pc.index_in(edges["b"], value_set=ids).to_numpy(zero_copy_only=False).astype(np.int64)
-    score = edges["score"].to_numpy(zero_copy_only=False).astype(np.float64)
-    src, dst, sim = (
-        np.concatenate([left, right]),
-        np.concatenate([right, left]),
-        np.concatenate([score, score]),
-    )
-    degree = np.bincount(src, minlength=n)
-    strength = np.bincount(src, weights=sim, minlength=n)
-    # ids are sorted, so an index is also the id order: it breaks every tie below.
-    order = np.lexsort((dst, -sim, src))
-    src, dst, sim = src[order], dst[order], sim[order]
-    starts = np.searchsorted(src, np.arange(n + 1))
-    namespace_of = _namespaces_by_index(edges, ids)
-    id_list = ids.to_pylist()
-    assigned = np.zeros(n, dtype=bool)
-    clusters = []
-    for centre in np.lexsort((np.arange(n), -strength, -degree)).tolist():
-        if assigned[centre]:
-            continue
-        members = _grow(centre, dst, starts, assigned)
-        if len(members) < 2:
-            continue
-        assigned[members] = True
-        clusters.append(_coherent(members, id_list, namespace_of[centre], dst, sim, starts, prefix))
-    return sorted(clusters, key=lambda c: (c.namespace, c.cluster_id))
-
-
-def _eligible_edges(pairs: pa.Table, eligible: pa.Table, threshold: float) -> pa.Table:
-    con = duckdb.connect()
-    con.register("p", pairs.select(["namespace", "left_id", "right_id", "score"]))
-    con.register("e", eligible.select(["id", "namespace"]))
-    # One key for id + namespace: with two equalities per join the optimizer infers x.namespace = y.namespace
-    # and joins the two scans of `e` on namespace first (quadratic in a namespace's size).
-    return con.sql(
-        f"""
-        WITH k AS (SELECT id || chr(31) || namespace AS key FROM e)
-        SELECT p.namespace, least(p.left_id, p.right_id) AS a, greatest(p.left_id, p.right_id) AS b,
-            max(p.score) AS score
-        FROM p SEMI JOIN k x ON x.key = p.left_id || chr(31) || p.namespace
-               SEMI JOIN k y ON y.key = p.right_id || chr(31) || p.namespace
-        WHERE p.score >= {float(threshold)!r} AND p.left_id <> p.right_id
-        GROUP BY ALL ORDER BY a, b
-        """
-    ).to_arrow_table()
-
-
-def _namespaces_by_index(edges: pa.Table, ids: pa.Array) -> list[str]:
-    both = pa.table(
-        {
-            "id": pa.concat_arrays([edges["a"].combine_chunks(), edges["b"].combine_chunks()]),
-            "namespace": pa.concat_arrays([edges["namespace"].combine_chunks()] * 2),
-        }
-    )
-    first = both.group_by("id").aggregate([("namespace", "min")])
-    index = pc.index_in(ids, value_set=first["id"]).to_numpy(zero_copy_only=False)
-    return first["namespace_min"].combine_chunks().take(pa.array(index)).to_pylist()
-
-
-def _grow(centre: int, dst: np.ndarray, starts: np.ndarray, assigned: np.ndarray) -> list[int]:
-    # Neighbour lists are short: python sets beat numpy's per-call overhead here.
-    neighbours = dst[starts[centre] : starts[centre + 1]]  # best-first
-    open_ = [int(n) for n in neighbours[~assigned[neighbours]]]
-    members = [centre]
-    while open_:
-        candidate = open_.pop(0)
-        members.append(candidate)
-        # Complete linkage: later candidates must be adjacent to this member too.
-        adjacent = set(dst[starts[candidate] : starts[candidate + 1]].tolist())
-        open_ = [n for n in open_ if n in adjacent]
-    return members
-
-
-def _coherent(
-    members: list[int],
-    ids: list[str],
-    namespace: str,
-    dst: np.ndarray,
-    sim: np.ndarray,
-    starts: np.ndarray,
-    prefix: str,
-) -> CoherentCluster:
-    inside = set(members)
-    scores: dict[tuple[str, str], float] = {}
-    for member in members:
-        window = slice(starts[member], starts[member + 1])
-        for other, s in zip(dst[window].tolist(), sim[window].tolist(), strict=True):
-            if other in inside and other > member:
-                scores[(ids[member], ids[other])] = float(s)
-    names = tuple(sorted(ids[m] for m in members))
-    digest = hashlib.sha256("|".join((namespace, *names)).encode()).hexdigest()[:10]
-    cluster = CoherentCluster(f"{prefix}-{digest}", namespace, names, names[0], scores)
-    return dataclasses.replace(cluster, medoid=cluster.medoid_of(names))
-
-
-# -- vectors -------------------------------------------------------------------------------------------------
-class VectorIndex:
-    """Unit vectors of the partition's `vectors` table, looked up by id; centroids within one model."""
-
-    def __init__(self, vectors: pa.Table) -> None:
-        ids = vectors["id"].to_pylist()
-        self._row = dict(zip(ids, range(len(ids)), strict=True))
-        self.models = np.asarray(vectors["model"].to_pylist(), dtype=object)
-        dim = max(vectors.schema.field("vector").type.list_size, 1)
-        # The table's own vectors (a view when they are one chunk) and their norms; rows are normalised when
-        # asked for. At 1M x 384 a copy is 1.5 GB: copying and normalising them all made the night's peak.
-        column = vectors["vector"]
-        flat = (
-            column.chunk(0).flatten().to_numpy(zero_copy_only=False)
-            if column.num_chunks == 1
-            else np.concatenate([c.flatten().to_numpy(zero_copy_only=False) for c in column.chunks] or [[]])
-        )
-        self._vectors = np.asarray(flat, dtype=np.float32).reshape(-1, dim)
-        norms = np.sqrt(np.einsum("ij,ij->i", self._vectors, self._vectors))
-        self._norms = np.where(norms == 0, 1.0, norms).astype(np.float32)[:, None]
-
-    def unit(self, rows: np.ndarray | int) -> np.ndarray:
-        """The unit vectors of `rows` (one row: a vector)."""
-        return self._vectors[rows] / self._norms[rows]
-
-    def rows(self, ids: Iterable[str]) -> np.ndarray:
-        """Row index of each id, -1 when it has no vector."""
-        return np.fromiter((self._row.get(i, -1) for i in ids), dtype=np.int64)
-
-    def model_of(self, memory_id: str) -> str | None:
-        row = self._row.get(memory_id, -1)
-        return None if row < 0 else str(self.models[row])
-
-    def rows_of_model(self, ids: Iterable[str], model: str | None) -> np.ndarray:
-        rows = self.rows(ids)
-        rows = rows[rows >= 0]
-        if model is None:
-            return rows[:0]
-        return rows[self.models[rows] == model]
-
-    def centroid(self, ids: Iterable[str], model: str | None) -> np.ndarray | None:
-        rows = self.rows_of_model(ids, model)
-        if rows.size == 0:
-            return None
-        mean = self.unit(rows).mean(axis=0)
-        norm = float(np.linalg.norm(mean))
-        return None if norm == 0 else mean / norm
-
-    def cosine(self, memory_id: str, centroid: np.ndarray | None) -> float | None:
-        row = self._row.get(memory_id, -1)
-        if row < 0 or centroid is None:
-            return None
-        return float(self.unit(row) @ centroid)
-
-
-# -- memory facts --------------------------------------------------------------------------------------------
-def memory_facts(memories: pa.Table) -> pa.Table:
-    """Per row: what the analyses of this module read, with the context key and markers decoded."""
-    con = duckdb.connect()
-    con.register(
-        "m",
-        memories.select(
-            [
-                "id",
-                "namespace",
-                "tier",
-                "kind",
-                "content",
-                "importance",
-                "zone",
-                "superseded_by",
-                "pinned",
-                "tags",
-                "metadata",
-            ]
-        ),
-    )
-    return con.sql(
-        """
-        SELECT id, namespace, tier, kind, content, importance, zone, superseded_by, pinned, tags,
-            coalesce(json_extract_string(metadata, '$.conversation_id'), '') || chr(31)
-                || coalesce(json_extract_string(metadata, '$.project_id'), '') AS context,
-            json_extract(metadata, '$.semantic')::VARCHAR AS semantic,
-            json_extract(metadata, '$.semanticCompressed') IS NOT NULL AS compressed,
-            zone = 'active' AND superseded_by IS NULL AS live,
-            json_extract(metadata, '$.contradictionWith') IS NOT NULL AS contradicted,
-            zone <> 'purge_queue' AND superseded_by IS NULL AS evidence
-        FROM m ORDER BY id
-        """
-    ).to_arrow_table()
-
-
-def rows_by_id(facts: pa.Table, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-    wanted = sorted(set(ids))
-    if not wanted:
-        return {}
-    table = facts.filter(pc.is_in(facts["id"], pa.array(wanted, pa.string())))
-    return {row["id"]: row for row in table.to_pylist()}
-
-
-def contradiction_partners(memories: pa.Table, links: pa.Table) -> dict[str, set[str]]:
-    """id -> the ids it contradicts or is contradicted by (`contradicts` links either way, contradictionWith)."""
-    con = duckdb.connect()
-    con.register("m", memories.select(["id", "metadata"]))
-    con.register("l", links.select(["src_id", "dst_id", "kind"]))
-    edges = con.sql(
-        """
-        WITH flagged AS (
-            SELECT id, unnest(from_json(json_extract(metadata, '$.contradictionWith'), '["VARCHAR"]')) AS other
-            FROM m WHERE json_extract(metadata, '$.contradictionWith') IS NOT NULL
-              AND json_type(json_extract(metadata, '$.contradictionWith')) = 'ARRAY'
-        )
-        SELECT src_id AS a, dst_id AS b FROM l WHERE kind = 'contradicts'
-        UNION SELECT id, other FROM flagged WHERE other IS NOT NULL
-        """
-    ).fetchall()
-    partners: dict[str, set[str]] = {}
-    for a, b in edges:
-        if a != b:
-            partners.setdefault(a, set()).add(b)
-            partners.setdefault(b, set()).add(a)
-    return partners
-
-
-# -- node state ----------------------------------------------------------------------------------------------
-@dataclass
-class NodeState:
-    probability: float
-    confidence: float
-    tier: str
-    sources: list[str]
-    lost: list[str]
-    contexts: int
-    variability: float
-    cycles: int
-    cycle_at: str | None
-    reinforced_at: str | None
-    decayed_at: str | None
-    created_at: str | None
-    representative: str
-    dissent: list[dict[str, str]] = field(default_factory=list)
-
-    @classmethod
-    def from_json(cls, value: dict[str, Any]) -> NodeState:
-        return cls(
-            probability=float(value.get("probability", PRIOR_PROBABILITY)),
-            confidence=float(value.get("confidence", PRIOR_CONFIDENCE)),
-            tier=str(value.get("tier", "raw")),
-            sources=sorted(str(s) for s in value.get("sources", [])),
-            lost=sorted(str(s) for s in value.get("lost", [])),
-            contexts=int(value.get("contexts", 0)),
-            variability=float(value.get("variability", 0.0)),
-            cycles=int(value.get("cycles", 0)),
-            cycle_at=value.get("cycleAt"),
-            reinforced_at=value.get("reinforcedAt"),
-            decayed_at=value.get("decayedAt"),
-            created_at=value.get("createdAt"),
-            representative=str(value.get("representative", "")),
-            dissent=[dict(d) for d in value.get("dissent", [])],
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "probability": round(self.probability, _DIGITS),
-            "confidence": round(self.confidence, _DIGITS),
-            "tier": self.tier,
-            "sources": sorted(self.sources),
-            "lost": sorted(self.lost),
-            "contexts": self.contexts,
-            "variability": round(self.variability, _DIGITS),
-            "cycles": self.cycles,
-            "cycleAt": self.cycle_at,
-            "reinforcedAt": self.reinforced_at,
-            "decayedAt": self.decayed_at,
-            "createdAt": self.created_at,
-            "representative": self.representative,
-            "dissent": self.dissent,
-        }
-
-    @property
-    def valid_count(self) -> int:
-        return len(self.sources) - len(self.lost)
-
-
-def reinforce(state: NodeState, new_sources: int) -> None:
-    """One reinforcement per new source (seed 003's update)."""
-    for _ in range(new_sources):
-        state.confidence += (1.0 - state.confidence) * CONFIDENCE_RATE
-        state.probability += (1.0 - state.probability) * PROBABILITY_RATE
-
-
-def tier_of(valid: int, confidence: float, cycles: int, variability: float, cfg: SemanticConfig) -> str:
-    if valid >= cfg.min_sources_for_baseline and confidence >= cfg.min_confidence_for_baseline:
-        return "baseline"
-    if (
-        valid >= cfg.min_sources_for_assessed
-        and cycles >= cfg.min_cycles_for_assessed
-        and variability >= cfg.context_variability_threshold
-    ):
-        return "assessed"
-    if valid >= cfg.min_sources_for_corroborated:
-        return "corroborated"
-    return "raw"
-
-
-def node_id_for(namespace: str, sources: Iterable[str]) -> str:
-    key = "\x1f".join([namespace, *sorted(sources)])
-    return "sem-" + hashlib.sha256(key.encode()).hexdigest()[:20]
-
-
-# -- one run -------------------------------------------------------------------------------------------------
 @dataclass
 class _NodeWork:
     node_id: str
@@ -891,11 +556,10 @@ def _mark_compressed(run: _Run, candidates: pa.Table) -> None:
         best = np.argmax(similarity, axis=1)
         best_score = similarity[np.arange(rows.size), best]
         for position in np.flatnonzero(best_score >= run.cfg.compression_threshold).tolist():
-            score = round(float(best_score[position]), _DIGITS)
+            score = round(float(best_score[position]), ROUND_DIGITS)
             usable[int(best[position])][0].marks.append((str(ids[position]), score))
 
 
-# -- outputs -------------------------------------------------------------------------------------------------
 def _reject_row(cluster: CoherentCluster, ids: Sequence[str], run: _Run, reason: str) -> dict[str, Any]:
     contexts = run.contexts(ids)
     return {
@@ -933,12 +597,12 @@ def _result_table(works: list[_NodeWork], rejects: list[dict[str, Any]], cfg: Se
             "changes": w.changes + (["compressed_marks"] if w.marks else []),
             "tier": w.state.tier,
             "previous_tier": None if w.before is None else w.before.tier,
-            "probability": round(w.state.probability, _DIGITS),
-            "confidence": round(w.state.confidence, _DIGITS),
+            "probability": round(w.state.probability, ROUND_DIGITS),
+            "confidence": round(w.state.confidence, ROUND_DIGITS),
             "sources": w.state.valid_count,
             "new_sources": len(w.new_sources),
             "contexts": w.state.contexts,
-            "variability": round(w.state.variability, _DIGITS),
+            "variability": round(w.state.variability, ROUND_DIGITS),
             "cycles": w.state.cycles,
             "marked": len(w.marks),
             "representative": w.state.representative,
@@ -991,8 +655,8 @@ def _intents(works: list[_NodeWork], run: _Run) -> pa.Table:
             "cluster_ids": work.cluster_ids,
             "changes": work.changes,
             "tier": work.state.tier,
-            "confidence": round(work.state.confidence, _DIGITS),
-            "probability": round(work.state.probability, _DIGITS),
+            "confidence": round(work.state.confidence, ROUND_DIGITS),
+            "probability": round(work.state.probability, ROUND_DIGITS),
             "new_sources": work.new_sources,
         }
         reason = _reason(work, run.cfg)
@@ -1030,7 +694,7 @@ def _derived_from_links(
     out = []
     for source in work.new_sources:
         cosine = run.vectors.cosine(source, centroid)
-        weight = round(1.0 if cosine is None else max(0.0, min(1.0, cosine)), _DIGITS)
+        weight = round(1.0 if cosine is None else max(0.0, min(1.0, cosine)), ROUND_DIGITS)
         out.append(
             {
                 **base,

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from engram_pipelines.changes.intents import intents_from_sql
 from engram_pipelines.config.model import Config, DecayConfig
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.sqltext import quoted
 from engram_pipelines.warehouse.tables import write_parquet
 
@@ -227,21 +228,21 @@ def _transition_reasons(found: pa.Table, cfg: Config) -> pa.Array:
     """The reasons of the rows whose stale mark changes (few a night), spelled out, in their order. Apart from
     the main query: a string column over every row, even a NULL one, cost half of that query at 10M rows."""
     policy_names = "[" + ", ".join(quoted(name) for name in _POLICIES) + "]"
-    con = duckdb.connect()
-    con.register("transitions", found.append_column("ordinal", pa.array(np.arange(found.num_rows))))
-    return (
-        con.sql(
-            f"""
-            SELECT ({policy_names}[policy_code + 1]) || ' score ' || round(score, 4) || ' after '
-                || round(age_days, 1) || ' days'
-                || CASE WHEN stale_after THEN ' < stale threshold ' ELSE ' >= stale threshold ' END
-                || {cfg.decay.stale_threshold!r} AS reason
-            FROM transitions ORDER BY ordinal
-            """
+    with duck() as con:
+        con.register("transitions", found.append_column("ordinal", pa.array(np.arange(found.num_rows))))
+        return (
+            con.sql(
+                f"""
+                SELECT ({policy_names}[policy_code + 1]) || ' score ' || round(score, 4) || ' after '
+                    || round(age_days, 1) || ' days'
+                    || CASE WHEN stale_after THEN ' < stale threshold ' ELSE ' >= stale threshold ' END
+                    || {cfg.decay.stale_threshold!r} AS reason
+                FROM transitions ORDER BY ordinal
+                """
+            )
+            .to_arrow_table()["reason"]
+            .combine_chunks()
         )
-        .to_arrow_table()["reason"]
-        .combine_chunks()
-    )
 
 
 def _constant_reasons(cfg: Config) -> pa.Array:
@@ -371,12 +372,14 @@ class CueCache:
         entries = pending.cached_rows + misses.num_rows
         if len(pending.parts) + 1 > self.MAX_PARTS or entries > self.MAX_ENTRIES_PER_ROW * live_rows + 10_000:
             # Distinct: an entry held twice (two nights writing the same misses) is not carried over twice.
-            con = duckdb.connect()
-            con.register("live", pa.concat_tables(pending.live))
-            live = con.sql("SELECT DISTINCT * FROM live").to_arrow_table().cast(_CUE_CACHE_SCHEMA)
-            write_parquet(live, directory / f"part-{uuid.uuid4().hex}.parquet")
-            for part in pending.parts:  # only after the new part is in place: a reader always finds the rows
-                part.unlink(missing_ok=True)
+            with duck() as con:
+                con.register("live", pa.concat_tables(pending.live))
+                live = con.sql("SELECT DISTINCT * FROM live").to_arrow_table().cast(_CUE_CACHE_SCHEMA)
+                write_parquet(live, directory / f"part-{uuid.uuid4().hex}.parquet")
+                for (
+                    part
+                ) in pending.parts:  # only after the new part is in place: a reader always finds the rows
+                    part.unlink(missing_ok=True)
         elif misses.num_rows:
             # A fresh name per write: concurrent nights never write the same file.
             write_parquet(misses, directory / f"part-{uuid.uuid4().hex}.parquet")
@@ -392,34 +395,36 @@ def _content_cues(
     state = pending.setdefault(directory, _Pending())
     if parts and not state.parts:
         state.cached_rows, state.parts = known.num_rows if known is not None else 0, parts
-    con = duckdb.connect()
-    n = table.num_rows
-    con.register(
-        "cue_input",
-        pa.table(
-            {"pos": pa.array(np.arange(n, dtype=np.int64)), "id": table["id"], "content": table["content"]}
-        ),
-    )
-    keyed = "SELECT pos, hash(id) AS id_key, hash(content) AS content_key, content FROM cue_input"
-    if known is None:
-        query = (
-            f"SELECT pos, id_key, content_key, {_content_cue_sql(cfg)} AS cue, TRUE AS missed FROM ({keyed})"
+    with duck() as con:
+        n = table.num_rows
+        con.register(
+            "cue_input",
+            pa.table(
+                {
+                    "pos": pa.array(np.arange(n, dtype=np.int64)),
+                    "id": table["id"],
+                    "content": table["content"],
+                }
+            ),
         )
-    else:
-        con.register("cue_known", known)
-        query = (
-            f"SELECT m.pos, m.id_key, m.content_key, coalesce(k.cue, {_content_cue_sql(cfg)}) AS cue, "
-            f"k.cue IS NULL AS missed FROM ({keyed}) m LEFT JOIN cue_known k USING (id_key, content_key)"
-        )
-    found = con.sql(query).to_arrow_table()
-    # The join does not keep the input's order; put each boost back at its row (a duplicated cache entry,
-    # from two nights writing the same misses, lands twice on the same row with the same value).
-    cues = np.zeros(n, dtype=np.float64)
-    cues[found["pos"].to_numpy()] = found["cue"].to_numpy()
-    entries = found.select(["id_key", "content_key", "cue"]).cast(_CUE_CACHE_SCHEMA)
-    state.live.append(entries)
-    state.misses.append(entries.filter(found["missed"]))
-    return pa.array(cues)
+        keyed = "SELECT pos, hash(id) AS id_key, hash(content) AS content_key, content FROM cue_input"
+        if known is None:
+            query = f"SELECT pos, id_key, content_key, {_content_cue_sql(cfg)} AS cue, TRUE AS missed FROM ({keyed})"
+        else:
+            con.register("cue_known", known)
+            query = (
+                f"SELECT m.pos, m.id_key, m.content_key, coalesce(k.cue, {_content_cue_sql(cfg)}) AS cue, "
+                f"k.cue IS NULL AS missed FROM ({keyed}) m LEFT JOIN cue_known k USING (id_key, content_key)"
+            )
+        found = con.sql(query).to_arrow_table()
+        # The join does not keep the input's order; put each boost back at its row (a duplicated cache entry,
+        # from two nights writing the same misses, lands twice on the same row with the same value).
+        cues = np.zeros(n, dtype=np.float64)
+        cues[found["pos"].to_numpy()] = found["cue"].to_numpy()
+        entries = found.select(["id_key", "content_key", "cue"]).cast(_CUE_CACHE_SCHEMA)
+        state.live.append(entries)
+        state.misses.append(entries.filter(found["missed"]))
+        return pa.array(cues)
 
 
 def decay_scores(
@@ -429,48 +434,50 @@ def decay_scores(
 
     With `cue_cache`, content cue boosts are reused across nights (the same scores, without rerunning the cue
     regexes on unchanged contents) and tonight's new ones are added to it; None computes every boost."""
-    con = duckdb.connect()
-    table = memories.select(_COLUMNS)
-    groups: list[tuple[Config, list[str]]] = [(config, [])]
-    if any(policy.decay for policy in config.namespaces.values()):
-        # Only then are the namespaces needed (listing them costs ~0.2 s per 10M rows).
-        groups = config.namespace_groups(pc.unique(memories["namespace"]).to_pylist(), "decay")
-    pending: dict[Path, _Pending] = {}
+    with duck() as con:
+        table = memories.select(_COLUMNS)
+        groups: list[tuple[Config, list[str]]] = [(config, [])]
+        if any(policy.decay for policy in config.namespaces.values()):
+            # Only then are the namespaces needed (listing them costs ~0.2 s per 10M rows).
+            groups = config.namespace_groups(pc.unique(memories["namespace"]).to_pylist(), "decay")
+        pending: dict[Path, _Pending] = {}
 
-    def scored(effective: Config, rows: pa.Table, name: str) -> pa.Table:
-        cached = cue_cache is not None and _uses_engram(effective.decay)
-        if cue_cache is not None and cached:
-            rows = rows.append_column("content_cue", _content_cues(rows, effective.decay, cue_cache, pending))
-        con.register(name, rows.append_column("pos", pa.array(np.arange(rows.num_rows, dtype=np.int64))))
-        found = con.sql(_group_sql(effective, name, as_of, content_cue_column=cached)).to_arrow_table()
-        return _assemble(rows, found, effective)
+        def scored(effective: Config, rows: pa.Table, name: str) -> pa.Table:
+            cached = cue_cache is not None and _uses_engram(effective.decay)
+            if cue_cache is not None and cached:
+                rows = rows.append_column(
+                    "content_cue", _content_cues(rows, effective.decay, cue_cache, pending)
+                )
+            con.register(name, rows.append_column("pos", pa.array(np.arange(rows.num_rows, dtype=np.int64))))
+            found = con.sql(_group_sql(effective, name, as_of, content_cue_column=cached)).to_arrow_table()
+            return _assemble(rows, found, effective)
 
-    if len(groups) == 1:  # the usual case: no namespace overrides decay, one pass over everything
-        result = scored(groups[0][0], table, "memories")
-    else:
-        parts = []
-        for index, (effective, group) in enumerate(groups):
-            subset = table.filter(pc.is_in(table["namespace"], pa.array(group, pa.string())))
-            parts.append(scored(effective, subset, f"group_{index}"))
-        result = pa.concat_tables(parts).sort_by("id") if parts else DECAY_SCHEMA.empty_table()
-    if cue_cache is not None:
-        for directory, state in pending.items():
-            cue_cache.write(directory, state)
-    return result
+        if len(groups) == 1:  # the usual case: no namespace overrides decay, one pass over everything
+            result = scored(groups[0][0], table, "memories")
+        else:
+            parts = []
+            for index, (effective, group) in enumerate(groups):
+                subset = table.filter(pc.is_in(table["namespace"], pa.array(group, pa.string())))
+                parts.append(scored(effective, subset, f"group_{index}"))
+            result = pa.concat_tables(parts).sort_by("id") if parts else DECAY_SCHEMA.empty_table()
+        if cue_cache is not None:
+            for directory, state in pending.items():
+                cue_cache.write(directory, state)
+        return result
 
 
 def decay_intents(scores: pa.Table) -> pa.Table:
     """Only transitions: mark rows that became stale, lift the mark from rows that recovered or are pinned."""
-    con = duckdb.connect()
-    con.register("scores", scores)
-    return intents_from_sql(
-        con,
-        """
-        SELECT namespace, 'memory' AS target_kind, id AS target_id,
-            CASE WHEN stale_after THEN 'mark_stale' ELSE 'clear_stale' END AS op,
-            to_json({'score': round(score, 6)}) AS params, reasons AS reason,
-            to_json({'age_days': age_days, 'decay_score': score, 'policy': policy, 'rule': 'decay'}) AS evidence,
-            'decay_scores' AS source, 'auto' AS review_class, NULL AS cluster_id
-        FROM scores WHERE stale_after <> stale_before ORDER BY id
-        """,
-    )
+    with duck() as con:
+        con.register("scores", scores)
+        return intents_from_sql(
+            con,
+            """
+            SELECT namespace, 'memory' AS target_kind, id AS target_id,
+                CASE WHEN stale_after THEN 'mark_stale' ELSE 'clear_stale' END AS op,
+                to_json({'score': round(score, 6)}) AS params, reasons AS reason,
+                to_json({'age_days': age_days, 'decay_score': score, 'policy': policy, 'rule': 'decay'}) AS evidence,
+                'decay_scores' AS source, 'auto' AS review_class, NULL AS cluster_id
+            FROM scores WHERE stale_after <> stale_before ORDER BY id
+            """,
+        )

@@ -10,11 +10,11 @@ Idempotent: a promoted row no longer matches.
 
 from __future__ import annotations
 
-import duckdb
 import pyarrow as pa
 
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.sqltext import quoted
 
 # Links that mean "another memory refers to this one" (temporal neighbours and merges do not), written by
@@ -50,40 +50,50 @@ def _sql_list(values: list[str]) -> str:
 
 def promotions(memories: pa.Table, scores: pa.Table, links: pa.Table, config: Config) -> pa.Table:
     """Every promotion the rules grant, with its reason (and its quota rank for tier promotions)."""
-    con = duckdb.connect()
-    con.register(
-        "memories",
-        memories.select(
-            ["id", "namespace", "tier", "kind", "importance", "access_count", "zone", "superseded_by", "tags"]
-        ),
-    )
-    con.register("scores", scores.select(["id", "score"]))
-    con.register("links", links.select(["dst_id", "kind", "origin"]))
-    kinds = _sql_list(list(REFERENCE_LINK_KINDS))
-    con.execute(
-        f"""
-        CREATE TEMP TABLE eligible AS
-        SELECT m.*, s.score, from_json(m.tags, '["VARCHAR"]') AS tag_list,
-               coalesce(l.inbound, 0) AS inbound
-        FROM memories m
-        LEFT JOIN scores s USING (id)
-        LEFT JOIN (SELECT dst_id, count(*) AS inbound FROM links
-                   WHERE list_contains({kinds}, kind) AND NOT list_contains({_sql_list(list(PIPELINE_ORIGINS))}, origin)
-                   GROUP BY dst_id) l ON l.dst_id = m.id
-        WHERE m.zone = 'active' AND m.superseded_by IS NULL
-        """
-    )
-    namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM eligible").fetchall()]
-    parts = []
-    for index, (effective, group) in enumerate(config.namespace_groups(namespaces, "promotion")):
-        con.register(f"group_{index}", pa.table({"namespace": group}))
-        parts.append(con.sql(_tier_sql(effective, f"group_{index}")).to_arrow_table())
-        parts.append(con.sql(_kind_sql(effective, f"group_{index}")).to_arrow_table())
-    if not parts:
-        return PROMOTION_SCHEMA.empty_table()
-    return pa.concat_tables([p.cast(PROMOTION_SCHEMA) for p in parts]).sort_by(
-        [("promotion", "ascending"), ("id", "ascending")]
-    )
+    with duck() as con:
+        con.register(
+            "memories",
+            memories.select(
+                [
+                    "id",
+                    "namespace",
+                    "tier",
+                    "kind",
+                    "importance",
+                    "access_count",
+                    "zone",
+                    "superseded_by",
+                    "tags",
+                ]
+            ),
+        )
+        con.register("scores", scores.select(["id", "score"]))
+        con.register("links", links.select(["dst_id", "kind", "origin"]))
+        kinds = _sql_list(list(REFERENCE_LINK_KINDS))
+        con.execute(
+            f"""
+            CREATE TEMP TABLE eligible AS
+            SELECT m.*, s.score, from_json(m.tags, '["VARCHAR"]') AS tag_list,
+                   coalesce(l.inbound, 0) AS inbound
+            FROM memories m
+            LEFT JOIN scores s USING (id)
+            LEFT JOIN (SELECT dst_id, count(*) AS inbound FROM links
+                       WHERE list_contains({kinds}, kind) AND NOT list_contains({_sql_list(list(PIPELINE_ORIGINS))}, origin)
+                       GROUP BY dst_id) l ON l.dst_id = m.id
+            WHERE m.zone = 'active' AND m.superseded_by IS NULL
+            """
+        )
+        namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM eligible").fetchall()]
+        parts = []
+        for index, (effective, group) in enumerate(config.namespace_groups(namespaces, "promotion")):
+            con.register(f"group_{index}", pa.table({"namespace": group}))
+            parts.append(con.sql(_tier_sql(effective, f"group_{index}")).to_arrow_table())
+            parts.append(con.sql(_kind_sql(effective, f"group_{index}")).to_arrow_table())
+        if not parts:
+            return PROMOTION_SCHEMA.empty_table()
+        return pa.concat_tables([p.cast(PROMOTION_SCHEMA) for p in parts]).sort_by(
+            [("promotion", "ascending"), ("id", "ascending")]
+        )
 
 
 def _tier_sql(config: Config, group: str) -> str:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.changes.intents import intents_from_sql
 from engram_pipelines.config.model import Config
+from engram_pipelines.core.duck import duck
 
 RETENTION_SCHEMA = pa.schema(
     [
@@ -133,53 +133,53 @@ def retention_moves(
 ) -> pa.Table:
     """Every zone transition due as of `as_of`, with its rule and reason; `promoted`: the ids tonight's
     promotions move (never archived in the same night)."""
-    con = duckdb.connect()
-    con.register(
-        "memories",
-        memories.select(
-            [
-                "id",
-                "namespace",
-                "kind",
-                "zone",
-                "zone_since",
-                "updated_at",
-                "created_at",
-                "last_accessed_at",
-                "access_count",
-                "pinned",
-                "tags",
-                "superseded_by",
-                "importance",
-                "metadata",
-            ]
-        ),
-    )
-    con.register("scores", scores.select(["id", "score"]))
-    con.register(
-        "promoted", pa.table({"id": promoted if promoted is not None else pa.array([], pa.string())})
-    )
-    namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories").fetchall()]
-    parts = []
-    for index, (effective, group) in enumerate(config.namespace_groups(namespaces, "retention")):
-        con.register(f"group_{index}", pa.table({"namespace": group}))
-        parts.append(con.sql(_group_sql(effective, f"group_{index}", as_of)).to_arrow_table())
-    if not parts:
-        return RETENTION_SCHEMA.empty_table()
-    return pa.concat_tables([p.cast(RETENTION_SCHEMA) for p in parts]).sort_by("id")
+    with duck() as con:
+        con.register(
+            "memories",
+            memories.select(
+                [
+                    "id",
+                    "namespace",
+                    "kind",
+                    "zone",
+                    "zone_since",
+                    "updated_at",
+                    "created_at",
+                    "last_accessed_at",
+                    "access_count",
+                    "pinned",
+                    "tags",
+                    "superseded_by",
+                    "importance",
+                    "metadata",
+                ]
+            ),
+        )
+        con.register("scores", scores.select(["id", "score"]))
+        con.register(
+            "promoted", pa.table({"id": promoted if promoted is not None else pa.array([], pa.string())})
+        )
+        namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories").fetchall()]
+        parts = []
+        for index, (effective, group) in enumerate(config.namespace_groups(namespaces, "retention")):
+            con.register(f"group_{index}", pa.table({"namespace": group}))
+            parts.append(con.sql(_group_sql(effective, f"group_{index}", as_of)).to_arrow_table())
+        if not parts:
+            return RETENTION_SCHEMA.empty_table()
+        return pa.concat_tables([p.cast(RETENTION_SCHEMA) for p in parts]).sort_by("id")
 
 
 def retention_intents(moves: pa.Table) -> pa.Table:
-    con = duckdb.connect()
-    con.register("moves", moves)
-    return intents_from_sql(
-        con,
-        """
-        SELECT namespace, 'memory' AS target_kind, id AS target_id,
-            CASE WHEN to_zone = 'purged' THEN 'purge' ELSE 'move_zone' END AS op,
-            CASE WHEN to_zone = 'purged' THEN '{}' ELSE to_json({'from': from_zone, 'to': to_zone}) END AS params,
-            reason, to_json({'decay_score': score, 'rule': 'retention:' || rule}) AS evidence,
-            'retention' AS source, 'auto' AS review_class, NULL AS cluster_id
-        FROM moves
-        """,
-    )
+    with duck() as con:
+        con.register("moves", moves)
+        return intents_from_sql(
+            con,
+            """
+            SELECT namespace, 'memory' AS target_kind, id AS target_id,
+                CASE WHEN to_zone = 'purged' THEN 'purge' ELSE 'move_zone' END AS op,
+                CASE WHEN to_zone = 'purged' THEN '{}' ELSE to_json({'from': from_zone, 'to': to_zone}) END AS params,
+                reason, to_json({'decay_score': score, 'rule': 'retention:' || rule}) AS evidence,
+                'retention' AS source, 'auto' AS review_class, NULL AS cluster_id
+            FROM moves
+            """,
+        )

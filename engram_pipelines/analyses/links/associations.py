@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-import duckdb
 import pyarrow as pa
 
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.timestamps import format_timestamp
 
 SOURCE = "associations"
@@ -60,59 +60,59 @@ def associations(
 def _kept_pairs(
     memories: pa.Table, links: pa.Table, pairs: pa.Table, *, low: float, high: float, top_k: int
 ) -> pa.Table:
-    con = duckdb.connect()
-    con.register("m", memories.select(["id", "namespace", "kind", "zone", "superseded_by"]))
-    con.register("l", links.select(["namespace", "src_id", "dst_id", "kind", "weight"]))
-    con.register("p", pairs.select(["namespace", "left_id", "right_id", "score"]))
-    return (
-        con.sql(
-            f"""
-        -- Rows are matched on id + namespace as one key: with two equalities the optimizer would infer
-        -- x.namespace = y.namespace and join the two scans of `live` on namespace first (quadratic).
-        -- Semantic nodes and summaries are linked to their sources already (derived-from, summarized-into):
-        -- associating them again would only echo their sources.
-        WITH live AS (SELECT id || chr(31) || namespace AS key FROM m
-                      WHERE zone = 'active' AND superseded_by IS NULL AND kind NOT IN ('semantic', 'summary')),
-        band AS (
-            SELECT p.namespace, least(p.left_id, p.right_id) AS a, greatest(p.left_id, p.right_id) AS b,
-                max(p.score) AS score
-            FROM p SEMI JOIN live x ON x.key = p.left_id || chr(31) || p.namespace
-                   SEMI JOIN live y ON y.key = p.right_id || chr(31) || p.namespace
-            WHERE p.score >= {float(low)!r} AND p.score < {float(high)!r} AND p.left_id <> p.right_id
-            GROUP BY ALL
-        ),
-        linked AS (SELECT DISTINCT least(src_id, dst_id) AS a, greatest(src_id, dst_id) AS b FROM l),
-        associated AS (
-            SELECT namespace, least(src_id, dst_id) AS a, greatest(src_id, dst_id) AS b, max(weight) AS weight
-            FROM l WHERE kind = 'associated' AND src_id <> dst_id GROUP BY ALL
-        ),
-        -- What each memory ranks: its unlinked band pairs (new) and its existing associations.
-        items AS (
-            SELECT namespace, a, b, score, true AS new FROM band
-            WHERE NOT EXISTS (SELECT 1 FROM linked k WHERE k.a = band.a AND k.b = band.b)
-            UNION ALL
-            SELECT s.namespace, s.a, s.b, coalesce(band.score, s.weight), false
-            FROM associated s LEFT JOIN band ON band.a = s.a AND band.b = s.b AND band.namespace = s.namespace
-        ),
-        sides AS (
-            SELECT namespace, a AS memory, b AS other, a, b, score, new FROM items
-            UNION ALL SELECT namespace, b, a, a, b, score, new FROM items
-        ),
-        ranked AS (
-            SELECT *, row_number() OVER (PARTITION BY namespace, memory ORDER BY score DESC, other) AS rank
-            FROM sides
+    with duck() as con:
+        con.register("m", memories.select(["id", "namespace", "kind", "zone", "superseded_by"]))
+        con.register("l", links.select(["namespace", "src_id", "dst_id", "kind", "weight"]))
+        con.register("p", pairs.select(["namespace", "left_id", "right_id", "score"]))
+        return (
+            con.sql(
+                f"""
+            -- Rows are matched on id + namespace as one key: with two equalities the optimizer would infer
+            -- x.namespace = y.namespace and join the two scans of `live` on namespace first (quadratic).
+            -- Semantic nodes and summaries are linked to their sources already (derived-from, summarized-into):
+            -- associating them again would only echo their sources.
+            WITH live AS (SELECT id || chr(31) || namespace AS key FROM m
+                          WHERE zone = 'active' AND superseded_by IS NULL AND kind NOT IN ('semantic', 'summary')),
+            band AS (
+                SELECT p.namespace, least(p.left_id, p.right_id) AS a, greatest(p.left_id, p.right_id) AS b,
+                    max(p.score) AS score
+                FROM p SEMI JOIN live x ON x.key = p.left_id || chr(31) || p.namespace
+                       SEMI JOIN live y ON y.key = p.right_id || chr(31) || p.namespace
+                WHERE p.score >= {float(low)!r} AND p.score < {float(high)!r} AND p.left_id <> p.right_id
+                GROUP BY ALL
+            ),
+            linked AS (SELECT DISTINCT least(src_id, dst_id) AS a, greatest(src_id, dst_id) AS b FROM l),
+            associated AS (
+                SELECT namespace, least(src_id, dst_id) AS a, greatest(src_id, dst_id) AS b, max(weight) AS weight
+                FROM l WHERE kind = 'associated' AND src_id <> dst_id GROUP BY ALL
+            ),
+            -- What each memory ranks: its unlinked band pairs (new) and its existing associations.
+            items AS (
+                SELECT namespace, a, b, score, true AS new FROM band
+                WHERE NOT EXISTS (SELECT 1 FROM linked k WHERE k.a = band.a AND k.b = band.b)
+                UNION ALL
+                SELECT s.namespace, s.a, s.b, coalesce(band.score, s.weight), false
+                FROM associated s LEFT JOIN band ON band.a = s.a AND band.b = s.b AND band.namespace = s.namespace
+            ),
+            sides AS (
+                SELECT namespace, a AS memory, b AS other, a, b, score, new FROM items
+                UNION ALL SELECT namespace, b, a, a, b, score, new FROM items
+            ),
+            ranked AS (
+                SELECT *, row_number() OVER (PARTITION BY namespace, memory ORDER BY score DESC, other) AS rank
+                FROM sides
+            )
+            SELECT namespace, a AS src_id, b AS dst_id, any_value(score) AS score,
+                min(rank) FILTER (WHERE memory = a) AS src_rank, min(rank) FILTER (WHERE memory = b) AS dst_rank
+            FROM ranked WHERE new
+            GROUP BY namespace, a, b
+            HAVING min(rank) <= {int(top_k)}
+            ORDER BY namespace, src_id, dst_id
+            """
+            )
+            .to_arrow_table()
+            .cast(ASSOCIATION_SCHEMA)
         )
-        SELECT namespace, a AS src_id, b AS dst_id, any_value(score) AS score,
-            min(rank) FILTER (WHERE memory = a) AS src_rank, min(rank) FILTER (WHERE memory = b) AS dst_rank
-        FROM ranked WHERE new
-        GROUP BY namespace, a, b
-        HAVING min(rank) <= {int(top_k)}
-        ORDER BY namespace, src_id, dst_id
-        """
-        )
-        .to_arrow_table()
-        .cast(ASSOCIATION_SCHEMA)
-    )
 
 
 def _intents(kept: pa.Table, at: dt.datetime) -> pa.Table:

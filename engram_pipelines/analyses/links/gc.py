@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-import duckdb
 import pyarrow as pa
 
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.timestamps import format_timestamp
 
 SOURCE = "gc"
@@ -57,50 +57,52 @@ def garbage_links(
     memories: pa.Table, links: pa.Table, at: dt.datetime, *, quarantined: pa.Table | None = None
 ) -> AnalysisResult:
     """Links to delete; its table has GC_SCHEMA, its intents are auto. `quarantined`: any table with an `id` column."""
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    con.register("m", memories.select(["id", "namespace", "zone"]))
-    con.register("l", links.select(["namespace", "src_id", "dst_id", "kind", "created_at"]))
-    known = (
-        quarantined.select(["id"]) if quarantined is not None else pa.table({"id": pa.array([], pa.string())})
-    )
-    con.register("q", known)
-    kinds = ", ".join(f"'{k}'" for k in SYMMETRIC_KINDS)
-    found = con.sql(
-        f"""
-        WITH judged AS (
-            SELECT l.*, a.namespace AS src_namespace, b.namespace AS dst_namespace,
-                a.zone AS src_zone, b.zone AS dst_zone,
-                (a.id IS NULL AND l.src_id NOT IN (SELECT id FROM q))
-                    OR (b.id IS NULL AND l.dst_id NOT IN (SELECT id FROM q)) AS missing
-            FROM l LEFT JOIN m a ON a.id = l.src_id LEFT JOIN m b ON b.id = l.dst_id
-        ),
-        -- Of a symmetric relation stated both ways, the one that is not kept.
-        duplicate AS (
-            SELECT x.src_id, x.dst_id, x.kind FROM l x JOIN l y
-              ON y.src_id = x.dst_id AND y.dst_id = x.src_id AND y.kind = x.kind
-            WHERE x.kind IN ({kinds}) AND x.src_id <> x.dst_id
-              AND (y.created_at < x.created_at OR (y.created_at = x.created_at AND y.src_id < x.src_id))
+    with duck() as con:
+        con.execute("SET TimeZone = 'UTC'")
+        con.register("m", memories.select(["id", "namespace", "zone"]))
+        con.register("l", links.select(["namespace", "src_id", "dst_id", "kind", "created_at"]))
+        known = (
+            quarantined.select(["id"])
+            if quarantined is not None
+            else pa.table({"id": pa.array([], pa.string())})
         )
-        SELECT j.namespace, j.src_id, j.dst_id, j.kind,
-            CASE
-                WHEN j.src_id = j.dst_id THEN 'self_link'
-                WHEN j.missing AND j.created_at < TIMESTAMPTZ '{format_timestamp(at)}' THEN 'orphan'
-                WHEN coalesce(j.src_namespace <> j.namespace OR j.dst_namespace <> j.namespace, false)
-                    THEN 'cross_namespace'
-                WHEN j.src_zone = 'purge_queue' AND j.dst_zone = 'purge_queue' THEN 'purged_pair'
-                WHEN d.kind IS NOT NULL THEN 'duplicate'
-            END AS rule
-        FROM judged j LEFT JOIN duplicate d USING (src_id, dst_id, kind)
-        WHERE rule IS NOT NULL
-        ORDER BY j.namespace, j.src_id, j.dst_id, j.kind
-        """
-    ).to_arrow_table()
-    rules = found["rule"].to_pylist()
-    result = found.append_column("reason", pa.array([_REASONS[r] for r in rules], pa.string())).cast(
-        GC_SCHEMA
-    )
-    return AnalysisResult(table=result, intents=_intents(result))
+        con.register("q", known)
+        kinds = ", ".join(f"'{k}'" for k in SYMMETRIC_KINDS)
+        found = con.sql(
+            f"""
+            WITH judged AS (
+                SELECT l.*, a.namespace AS src_namespace, b.namespace AS dst_namespace,
+                    a.zone AS src_zone, b.zone AS dst_zone,
+                    (a.id IS NULL AND l.src_id NOT IN (SELECT id FROM q))
+                        OR (b.id IS NULL AND l.dst_id NOT IN (SELECT id FROM q)) AS missing
+                FROM l LEFT JOIN m a ON a.id = l.src_id LEFT JOIN m b ON b.id = l.dst_id
+            ),
+            -- Of a symmetric relation stated both ways, the one that is not kept.
+            duplicate AS (
+                SELECT x.src_id, x.dst_id, x.kind FROM l x JOIN l y
+                  ON y.src_id = x.dst_id AND y.dst_id = x.src_id AND y.kind = x.kind
+                WHERE x.kind IN ({kinds}) AND x.src_id <> x.dst_id
+                  AND (y.created_at < x.created_at OR (y.created_at = x.created_at AND y.src_id < x.src_id))
+            )
+            SELECT j.namespace, j.src_id, j.dst_id, j.kind,
+                CASE
+                    WHEN j.src_id = j.dst_id THEN 'self_link'
+                    WHEN j.missing AND j.created_at < TIMESTAMPTZ '{format_timestamp(at)}' THEN 'orphan'
+                    WHEN coalesce(j.src_namespace <> j.namespace OR j.dst_namespace <> j.namespace, false)
+                        THEN 'cross_namespace'
+                    WHEN j.src_zone = 'purge_queue' AND j.dst_zone = 'purge_queue' THEN 'purged_pair'
+                    WHEN d.kind IS NOT NULL THEN 'duplicate'
+                END AS rule
+            FROM judged j LEFT JOIN duplicate d USING (src_id, dst_id, kind)
+            WHERE rule IS NOT NULL
+            ORDER BY j.namespace, j.src_id, j.dst_id, j.kind
+            """
+        ).to_arrow_table()
+        rules = found["rule"].to_pylist()
+        result = found.append_column("reason", pa.array([_REASONS[r] for r in rules], pa.string())).cast(
+            GC_SCHEMA
+        )
+        return AnalysisResult(table=result, intents=_intents(result))
 
 
 def _intents(result: pa.Table) -> pa.Table:

@@ -42,6 +42,7 @@ import pyarrow as pa
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA
 from engram_pipelines.config.model import Config, TemporalConfig
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.sqltext import quoted
 from engram_pipelines.core.timestamps import format_timestamp
 
@@ -67,19 +68,20 @@ TEMPORAL_SCHEMA = pa.schema(
 def temporal_edges(memories: pa.Table, links: pa.Table, config: Config, at: dt.datetime) -> AnalysisResult:
     """One cycle of temporal-link maintenance plus the missing conversation edges (TEMPORAL_SCHEMA)."""
     cfg = config.temporal
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    con.register(
-        "m", memories.select(["id", "namespace", "kind", "zone", "superseded_by", "created_at", "metadata"])
-    )
-    con.register("l", links)
-    cycle = con.sql(_cycle_sql(cfg, at)).to_arrow_table().cast(TEMPORAL_SCHEMA)
-    con.register("cycle", cycle)
-    built = con.sql(_build_sql(cfg)).to_arrow_table().cast(TEMPORAL_SCHEMA)
-    result = pa.concat_tables([cycle, built]).sort_by(
-        [("namespace", "ascending"), ("src_id", "ascending"), ("dst_id", "ascending")]
-    )
-    return AnalysisResult(table=result, intents=_intents(con, result, cfg, at))
+    with duck() as con:
+        con.execute("SET TimeZone = 'UTC'")
+        con.register(
+            "m",
+            memories.select(["id", "namespace", "kind", "zone", "superseded_by", "created_at", "metadata"]),
+        )
+        con.register("l", links)
+        cycle = con.sql(_cycle_sql(cfg, at)).to_arrow_table().cast(TEMPORAL_SCHEMA)
+        con.register("cycle", cycle)
+        built = con.sql(_build_sql(cfg)).to_arrow_table().cast(TEMPORAL_SCHEMA)
+        result = pa.concat_tables([cycle, built]).sort_by(
+            [("namespace", "ascending"), ("src_id", "ascending"), ("dst_id", "ascending")]
+        )
+        return AnalysisResult(table=result, intents=_intents(con, result, cfg, at))
 
 
 def _literal(at: dt.datetime) -> str:
@@ -202,6 +204,8 @@ def _intents(
             {quoted(_compact({"neighbors": cfg.neighbor_k, "rule": "temporal_build"}))},
             '{SOURCE}', 'auto', NULL
         FROM result WHERE action IN ('build', 'mark')
+        -- One order, so the same input gives the same table (DuckDB's parallel DISTINCT has none).
+        ORDER BY target_kind, target_id, op
         """
         )
         .to_arrow_table()

@@ -22,7 +22,6 @@ from collections.abc import Set
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +32,7 @@ from engram_pipelines.analyses.merges.containment import (
     directed_pairs,
     numbers_of,
 )
+from engram_pipelines.core.duck import duck
 
 
 @dataclass
@@ -84,31 +84,30 @@ def band_pairs(
     ids = pc.unique(pa.chunked_array([*band["left_id"].chunks, *band["right_id"].chunks], pa.string()))
     involved = memories.select(["id", "kind", "content"]).filter(pc.is_in(memories["id"], value_set=ids))
     numbers = [json.dumps(n) for n in numbers_of(involved["content"].to_pylist())]
-    con = duckdb.connect()
-    con.register("p", band)
-    con.register("m", involved.append_column("numbers", pa.array(numbers, pa.string())))
-    con.register(
-        "x",
-        excluded_pairs
-        if excluded_pairs is not None
-        else pa.table({"left_id": pa.array([], pa.string()), "right_id": pa.array([], pa.string())}),
-    )
-    # An excluded pair matches in either order: compared in one order (least, greatest), an equality join.
-    # (Written as `x.left = p.left AND ... OR x.left = p.right AND ...` it was a nested loop: 68 s at 1M.)
-    kept = con.sql(
-        """
-        WITH xo AS (SELECT DISTINCT least(left_id, right_id) AS lo, greatest(left_id, right_id) AS hi FROM x),
-        po AS (SELECT *, least(left_id, right_id) AS lo, greatest(left_id, right_id) AS hi FROM p)
-        SELECT po.* EXCLUDE (lo, hi) FROM po
-        JOIN m a ON a.id = po.left_id JOIN m b ON b.id = po.right_id
-        ANTI JOIN xo USING (lo, hi)
-        WHERE a.kind = b.kind AND a.numbers = b.numbers
-        ORDER BY po.left_id, po.right_id
-        """
-    ).to_arrow_table()
-    con.close()
-    features = containment_features(involved["id"].to_pylist(), involved["content"].to_pylist())
-    return directed_pairs(kept, features, min_coverage)
+    with duck() as con:
+        con.register("p", band)
+        con.register("m", involved.append_column("numbers", pa.array(numbers, pa.string())))
+        con.register(
+            "x",
+            excluded_pairs
+            if excluded_pairs is not None
+            else pa.table({"left_id": pa.array([], pa.string()), "right_id": pa.array([], pa.string())}),
+        )
+        # An excluded pair matches in either order: compared in one order (least, greatest), an equality join.
+        # (Written as `x.left = p.left AND ... OR x.left = p.right AND ...` it was a nested loop: 68 s at 1M.)
+        kept = con.sql(
+            """
+            WITH xo AS (SELECT DISTINCT least(left_id, right_id) AS lo, greatest(left_id, right_id) AS hi FROM x),
+            po AS (SELECT *, least(left_id, right_id) AS lo, greatest(left_id, right_id) AS hi FROM p)
+            SELECT po.* EXCLUDE (lo, hi) FROM po
+            JOIN m a ON a.id = po.left_id JOIN m b ON b.id = po.right_id
+            ANTI JOIN xo USING (lo, hi)
+            WHERE a.kind = b.kind AND a.numbers = b.numbers
+            ORDER BY po.left_id, po.right_id
+            """
+        ).to_arrow_table()
+        features = containment_features(involved["id"].to_pylist(), involved["content"].to_pylist())
+        return directed_pairs(kept, features, min_coverage)
 
 
 # What clustering reads of a memory (the merge assets read only these columns of the snapshot).
@@ -130,29 +129,31 @@ MERGE_COLUMNS = [
 def _eligibility(memories: pa.Table, excluded_ids: set[str], word_counts: pa.Table) -> pa.Table:
     """Per row: its visiting order (`priority`: most content words first, then the longer text, then the seeds'
     order) and whether it may cluster and lose. `word_counts`: id, words (rows of the band)."""
-    con = duckdb.connect()
-    con.register("w", word_counts)
-    con.register("m", memories.select(MERGE_COLUMNS))
-    table = con.sql(
-        """
-        SELECT id, namespace, tags,
-            row_number() OVER (
-                ORDER BY coalesce(w.words, 0) DESC, length(content) DESC, importance DESC, created_at DESC, id
-            ) - 1 AS priority,
-            -- Semantic nodes dedupe themselves (a cluster reinforces the nearest node instead of creating one)
-            -- and carry their sources' state; a merge would orphan it.
-            (zone = 'active' AND superseded_by IS NULL AND kind <> 'semantic'
-             AND json_extract(metadata, '$.contradictionWith') IS NULL) AS can_cluster,
-            (NOT pinned AND kind <> 'block') AS can_lose
-        FROM m LEFT JOIN w USING (id)
-        """
-    ).to_arrow_table()
-    if excluded_ids:
-        excluded = pa.array(sorted(excluded_ids), pa.string())
-        mask = pc.is_in(table["id"], value_set=excluded).to_numpy(zero_copy_only=False)
-        can = table["can_cluster"].to_numpy(zero_copy_only=False) & ~mask
-        table = table.set_column(table.schema.get_field_index("can_cluster"), "can_cluster", pa.array(can))
-    return table
+    with duck() as con:
+        con.register("w", word_counts)
+        con.register("m", memories.select(MERGE_COLUMNS))
+        table = con.sql(
+            """
+            SELECT id, namespace, tags,
+                row_number() OVER (
+                    ORDER BY coalesce(w.words, 0) DESC, length(content) DESC, importance DESC, created_at DESC, id
+                ) - 1 AS priority,
+                -- Semantic nodes dedupe themselves (a cluster reinforces the nearest node instead of creating one)
+                -- and carry their sources' state; a merge would orphan it.
+                (zone = 'active' AND superseded_by IS NULL AND kind <> 'semantic'
+                 AND json_extract(metadata, '$.contradictionWith') IS NULL) AS can_cluster,
+                (NOT pinned AND kind <> 'block') AS can_lose
+            FROM m LEFT JOIN w USING (id)
+            """
+        ).to_arrow_table()
+        if excluded_ids:
+            excluded = pa.array(sorted(excluded_ids), pa.string())
+            mask = pc.is_in(table["id"], value_set=excluded).to_numpy(zero_copy_only=False)
+            can = table["can_cluster"].to_numpy(zero_copy_only=False) & ~mask
+            table = table.set_column(
+                table.schema.get_field_index("can_cluster"), "can_cluster", pa.array(can)
+            )
+        return table
 
 
 @dataclass

@@ -26,8 +26,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import duckdb
 import pyarrow as pa
+
+from engram_pipelines.core.duck import duck
 
 # Share of the loser's content words (names apart) that the canonical must have. On the labelled LoCoMo fact
 # pairs in the consolidation band: 0.4 merged 14 pairs, 13 rightly; 0.5 merged 9 and 0.6 merged 5 (docs/quality.md).
@@ -246,8 +247,7 @@ def is_contained(inner: str, outer: str, min_coverage: float = DEFAULT_MIN_COVER
 def directed_pairs(pairs: pa.Table, features: pa.Table, min_coverage: float) -> pa.Table:
     """`pairs` (left_id, right_id, ...) with `left_in_right` and `right_in_left`, and each side's number of
     content words (`left_words`, `right_words`: how informative it is); only pairs where one side is contained."""
-    con = duckdb.connect()
-    try:
+    with duck() as con:
         con.register("p", pairs)
         con.register("f", features)
         return con.sql(
@@ -261,8 +261,6 @@ def directed_pairs(pairs: pa.Table, features: pa.Table, min_coverage: float) -> 
             ORDER BY left_id, right_id
             """
         ).to_arrow_table()
-    finally:
-        con.close()
 
 
 def same_fact_pairs(pairs: pa.Table, ids: Sequence[str], contents: Sequence[str]) -> pa.Table:
@@ -282,8 +280,7 @@ def same_fact_pairs(pairs: pa.Table, ids: Sequence[str], contents: Sequence[str]
             "numbers": pa.array([list(n) for n in numbers_of(contents)], pa.list_(pa.string())),
         }
     )
-    con = duckdb.connect()
-    try:
+    with duck() as con:
         con.register("p", pairs)
         con.register("f", features)
         return con.sql(
@@ -293,5 +290,3 @@ def same_fact_pairs(pairs: pa.Table, ids: Sequence[str], contents: Sequence[str]
             ORDER BY p.left_id, p.right_id
             """
         ).to_arrow_table()
-    finally:
-        con.close()

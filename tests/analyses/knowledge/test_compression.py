@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from engram_pipelines.analyses.knowledge.clusters import coherent_clusters
 from engram_pipelines.analyses.knowledge.compression import (
     SUMMARY_MAX_CHARS,
     compression,
@@ -16,7 +17,6 @@ from engram_pipelines.analyses.knowledge.compression import (
     settled_clusters,
     summary_id_for,
 )
-from engram_pipelines.analyses.knowledge.semantic import coherent_clusters
 from engram_pipelines.config.model import Config
 from tests.support.lifecycle import AS_OF
 from tests.support.world import World, axis, direction, episode, ops, params_of

@@ -11,12 +11,9 @@ import pyarrow as pa
 import pytest
 
 from engram_pipelines.analyses.knowledge.chitchat import carries_knowledge
-from engram_pipelines.analyses.knowledge.semantic import (
-    NodeState,
-    coherent_clusters,
-    node_id_for,
-    semantic_extraction,
-)
+from engram_pipelines.analyses.knowledge.clusters import coherent_clusters
+from engram_pipelines.analyses.knowledge.nodes import NodeState, node_id_for
+from engram_pipelines.analyses.knowledge.semantic import semantic_extraction
 from engram_pipelines.config.model import Config
 from engram_pipelines.core.timestamps import format_timestamp
 from tests.support.lifecycle import AS_OF, days_ago, snapshot
