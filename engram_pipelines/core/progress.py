@@ -28,7 +28,7 @@ class SilentProgress:
 
 
 class LogProgress:
-    """Logs `task: done/total (rate/s)` at most every `every` seconds, and once at the end."""
+    """Logs `task: done/total (rate/s, ETA)` at most every `every` seconds, and once at the end."""
 
     def __init__(self, logger: logging.Logger | logging.LoggerAdapter, every: float = 5.0) -> None:
         self.logger = logger
@@ -50,13 +50,31 @@ class LogProgress:
             self.last = now
             self._log(now)
 
-    def _log(self, now: float) -> None:
-        rate = self.done / max(now - self.started, 1e-9)
-        of = f"/{self.total}" if self.total is not None else ""
-        self.logger.info(f"{self.task}: {self.done}{of} ({rate:,.0f}/s)")
+    def _log(self, now: float, *, final: bool = False) -> None:
+        elapsed = max(now - self.started, 1e-9)
+        rate = self.done / elapsed
+        of = f"/{self.total:,}" if self.total is not None else ""
+        if final:
+            tail = f"done in {elapsed:,.1f} s"
+        elif self.total is not None and rate > 0:
+            tail = f"about {_duration((self.total - self.done) / rate)} left"
+        else:
+            tail = ""
+        self.logger.info(f"{self.task}: {self.done:,}{of} ({rate:,.0f}/s{', ' + tail if tail else ''})")
 
     def finish(self) -> None:
-        self._log(time.monotonic())
+        self._log(time.monotonic(), final=True)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
 
 
 class BarProgress:
@@ -69,13 +87,22 @@ class BarProgress:
 
     def start(self, task: str, total: int | None) -> None:
         if sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._bar = Progress(
                 "[progress.description]{task.description}",
                 BarColumn(),
                 MofNCompleteColumn(),
+                _rate_column(),
                 TimeElapsedColumn(),
+                "ETA",
+                TimeRemainingColumn(),
                 transient=True,
             )
             self._bar.start()
@@ -104,3 +131,15 @@ class BarProgress:
         elif self._fallback is not None:
             self._fallback.finish()
             self._fallback = None
+
+
+def _rate_column() -> Any:
+    """Rows per second on the bar (rich's own speed column is for bytes)."""
+    from rich.progress import ProgressColumn, Task
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            return Text(f"{task.speed:,.0f}/s" if task.speed else "", style="progress.data.speed")
+
+    return RateColumn()

@@ -95,16 +95,28 @@ class MiniLMEmbedder:
         self.threads = threads or os.cpu_count() or 1
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Tokenised once, then run in batches of texts of equal token counts (sorted by it), so a batch pads
+        nothing: on real sentences 2x the rate of batches in the given order, and 1.35x batches sorted by
+        characters, with the same vectors to the bit (bench/embed_speed.py; padding is masked out)."""
         texts = _as_text_list(texts)
-        chunks = [
-            self._embed_chunk(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)
-        ]
-        return np.concatenate(chunks) if chunks else np.empty((0, self.dim), dtype=np.float32)
-
-    def _embed_chunk(self, texts: list[str]) -> np.ndarray:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
         encodings = self._tokenizer.encode_batch(texts)
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+        order = np.argsort(lengths, kind="stable")
+        for start in range(0, len(texts), self.batch_size):
+            positions = order[start : start + self.batch_size]
+            out[positions] = self._embed_encoded([encodings[i].ids for i in positions])
+        return out
+
+    def _embed_encoded(self, token_ids: list[list[int]]) -> np.ndarray:
+        width = max(len(ids) for ids in token_ids)
+        ids = np.zeros((len(token_ids), width), dtype=np.int64)  # [PAD] is 0
+        mask = np.zeros_like(ids)
+        for row, tokens in enumerate(token_ids):
+            ids[row, : len(tokens)] = tokens
+            mask[row, : len(tokens)] = 1
         # Single-segment input: all token types are 0.
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         hidden = self._session.run(["last_hidden_state"], feeds)[0]
@@ -115,10 +127,10 @@ class MiniLMEmbedder:
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(str(_verified(_tokenizer_path(), _TOKENIZER_SHA256)))
-        # The shipped tokenizer.json pads every input to a fixed 128 and truncates there; pad to the longest
-        # text of the batch instead, and truncate at the model's 256.
+        # The shipped tokenizer.json pads every input to a fixed 128 and truncates there; `embed` pads each batch
+        # to its longest text instead, and truncation is at the model's 256.
         tokenizer.enable_truncation(max_length=MINILM_MAX_TOKENS)
-        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        tokenizer.no_padding()
         return tokenizer
 
     @cached_property
@@ -269,10 +281,12 @@ def embed_in_batches(
     embedder: Embedder,
     texts: Sequence[str],
     *,
-    batch_size: int = 64,
+    batch_size: int = 512,
     progress: Progress | None = None,
 ) -> np.ndarray:
-    """Embed `texts` in batches of similar length (less padding, so less work); rows come back in input order.
+    """Embed `texts` in chunks of similar length (less padding, so less work); rows come back in input order.
+    A chunk is what progress counts and the contract checks; the default embedder batches inside a chunk by
+    token count.
 
     Every batch is checked against the Embedder contract, so a faulty plug-in fails here, naming itself, rather
     than storing vectors that cannot be compared.
