@@ -273,7 +273,15 @@ def preview_decay_cmd(
     wh = Warehouse(warehouse_path(warehouse))
     if not wh.has_table("memories", day):
         with opened(store_arg) as store:
-            take_snapshot(store, wh, day, embedding_dim=config.snapshot.embedding_dim, progress=BarProgress())
+            take_snapshot(
+                store,
+                wh,
+                day,
+                embedding_dim=config.snapshot.embedding_dim,
+                progress=BarProgress(),
+                incremental=config.snapshot.incremental,
+                full_every_days=config.snapshot.full_every_days,
+            )
     preview = preview_decay(wh.read_memories(day), config, end_of_day(day), end_of_day(target))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

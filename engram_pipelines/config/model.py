@@ -359,6 +359,11 @@ class SnapshotConfig(_Section):
     """Vector size; a stored vector of another size is dropped (its row stays) and its text embedded."""
     max_invalid_fraction: float = Field(0.01, ge=0.0, le=1.0)
     """The blocking check fails the run when more rows than this are quarantined."""
+    incremental: bool = True
+    """Read only the memories written since the previous snapshot (their change signature: version, access
+    count, updated_at, last_accessed_at) and carry the rest over; false reads every row."""
+    full_every_days: int = Field(7, ge=1)
+    """An incremental snapshot still reads every row when the last full read is this many days old."""
 
 
 class ExecutionConfig(_Section):

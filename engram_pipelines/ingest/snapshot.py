@@ -2,11 +2,21 @@
 
 Every row is validated (pandera for the columns, numpy for the embedding). Invalid rows are not dropped:
 they go to the `quarantine` table with the reason, and are counted. Analyses read only the valid rows.
+
+Incremental (the default): a night reads every memory's change signature (id, version, access count and the
+two timestamps: small columns, no content or vector), compares it with the one the previous snapshot saved,
+re-reads only the rows that are new or differ, drops the ones gone (deleted, purged), and carries every other
+row over from the previous partition. The result is the partition a full read would write (tests hold them
+equal over nights of edits, accesses, deletes and restores). A full read instead when asked
+(`snapshot.incremental: false`), every `snapshot.full_every_days`, and whenever the previous snapshot cannot be
+trusted as a base: none yet, another store, another vector size or schema version, or a file missing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,12 +24,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.core import records
+from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress, SilentProgress
 from engram_pipelines.store import Store
 from engram_pipelines.warehouse.schemas import memory_row_problems
 from engram_pipelines.warehouse.tables import Warehouse
 
 QUARANTINE_SAMPLE = 20
+SIGNATURES = "memory_signatures"  # a warehouse table: each snapshot's baseline for the next
+STATE_FILE = "snapshot_state.json"
+STATE_FORMAT = 1
 
 
 def quarantine_schema(embedding_dim: int) -> pa.Schema:
@@ -42,6 +56,10 @@ class SnapshotResult:
     memories_path: str = ""
     links_path: str = ""
     quarantine_path: str = ""
+    mode: str = "full"  # full | incremental
+    full_reason: str = ""  # why a full read (empty when incremental)
+    reread: int = 0  # memories read from the store (all of them when full)
+    deleted: int = 0  # memories of the previous partition gone from the store (incremental)
 
     @property
     def rows_read(self) -> int:
@@ -60,32 +78,30 @@ def take_snapshot(
     embedding_dim: int = 384,
     batch_size: int = 50_000,
     progress: Progress | None = None,
+    incremental: bool = True,
+    full_every_days: int = 7,
 ) -> SnapshotResult:
     """Export memories and links to the `as_of` partition; quarantine invalid memory rows with reasons."""
     progress = progress or SilentProgress()
     result = SnapshotResult(as_of=as_of)
-    schema = records.memory_schema(embedding_dim)
-    store.read_ahead(progress)
-    progress.start("snapshot memories", store.count("memories"))
-    namespace_counts: dict[str, int] = {}
-    with (
-        warehouse.partition_writer("memories", as_of, schema) as good,
-        warehouse.partition_writer("quarantine", as_of, quarantine_schema(embedding_dim)) as bad,
-    ):
-        for batch in store.iter_memory_batches(batch_size, embedding_dim):
-            batch, dropped = _without_unusable_vectors(batch)
-            result.vectors_dropped += dropped
-            valid, invalid = _split(batch)
-            good.write_batch(valid)
-            if invalid.num_rows:
-                bad.write_batch(invalid)
-                _sample(result, invalid)
-            result.memories += valid.num_rows
-            result.quarantined += invalid.num_rows
-            _count_namespaces(namespace_counts, valid)
-            progress.advance(batch.num_rows)
-    progress.finish()
-    result.namespaces = dict(sorted(namespace_counts.items()))
+    previous, reason = (
+        _trusted_base(store, warehouse, as_of, embedding_dim, full_every_days)
+        if incremental
+        else (None, "a full snapshot was asked for (snapshot.incremental: false)")
+    )
+    # Read before the rows: a row written meanwhile is newer in the partition than in its saved signature, so
+    # the next night reads it again (never the other way round, which would miss it).
+    signatures = store.memory_signatures()
+    if previous is None:
+        result.full_reason = reason
+        _full(store, warehouse, as_of, embedding_dim, batch_size, progress, result)
+        full_at = as_of
+    else:
+        _incremental(
+            store, warehouse, as_of, previous, signatures, embedding_dim, batch_size, progress, result
+        )
+        full_at = dt.date.fromisoformat(previous["full_at"])
+    warehouse.write_table(SIGNATURES, as_of, signatures)
     result.memories_path = str(warehouse.table_path("memories", as_of))
     result.quarantine_path = str(warehouse.table_path("quarantine", as_of))
 
@@ -97,7 +113,160 @@ def take_snapshot(
             progress.advance(batch.num_rows)
     progress.finish()
     result.links_path = str(warehouse.table_path("links", as_of))
+    _write_state(warehouse, as_of, store, embedding_dim, full_at)
     return result
+
+
+def _full(
+    store: Store,
+    warehouse: Warehouse,
+    as_of: dt.date,
+    embedding_dim: int,
+    batch_size: int,
+    progress: Progress,
+    result: SnapshotResult,
+) -> None:
+    schema = records.memory_schema(embedding_dim)
+    store.read_ahead(progress)
+    progress.start("snapshot memories", store.count("memories"))
+    namespace_counts: dict[str, int] = {}
+    with (
+        warehouse.partition_writer("memories", as_of, schema) as good,
+        warehouse.partition_writer("quarantine", as_of, quarantine_schema(embedding_dim)) as bad,
+    ):
+        for batch in store.iter_memory_batches(batch_size, embedding_dim):
+            valid, invalid = _checked(batch, result)
+            good.write_batch(valid)
+            if invalid.num_rows:
+                bad.write_batch(invalid)
+            result.memories += valid.num_rows
+            result.quarantined += invalid.num_rows
+            result.reread += batch.num_rows
+            _count_namespaces(namespace_counts, valid)
+            progress.advance(batch.num_rows)
+    progress.finish()
+    result.namespaces = dict(sorted(namespace_counts.items()))
+
+
+def _incremental(
+    store: Store,
+    warehouse: Warehouse,
+    as_of: dt.date,
+    previous: dict[str, str],
+    signatures: pa.Table,
+    embedding_dim: int,
+    batch_size: int,
+    progress: Progress,
+    result: SnapshotResult,
+) -> None:
+    """The previous partition, minus the rows gone or changed, plus the changed and new rows read again."""
+    base = dt.date.fromisoformat(previous["as_of"])
+    old = warehouse.read_table("memories", base)  # read whole before a same-day partition is replaced
+    old_quarantine = warehouse.read_table("quarantine", base)
+    with duck() as con:
+        con.register("now", signatures)
+        con.register("saved", warehouse.read_table(SIGNATURES, base))
+        con.register(
+            "old_ids",
+            pa.table(
+                {
+                    "id": pa.concat_arrays(
+                        [old["id"].combine_chunks(), old_quarantine["id"].combine_chunks().cast(pa.string())]
+                    )
+                }
+            ),
+        )
+        changed = con.sql(
+            "SELECT id FROM (SELECT * FROM now EXCEPT SELECT * FROM saved) ORDER BY id"
+        ).to_arrow_table()["id"]
+        gone = con.sql("SELECT id FROM old_ids EXCEPT SELECT id FROM now").to_arrow_table()["id"]
+    drop = pa.concat_arrays([changed.combine_chunks(), gone.combine_chunks()])
+    result.mode, result.deleted = "incremental", len(gone)
+    progress.start("snapshot memories (changed)", len(changed))
+    valid_parts = [old.filter(pc.invert(pc.is_in(old["id"], value_set=drop)))]
+    invalid_parts = [old_quarantine.filter(pc.invert(pc.is_in(old_quarantine["id"], value_set=drop)))]
+    for batch in store.iter_memory_batches(batch_size, embedding_dim, ids=changed.to_pylist()):
+        valid, invalid = _checked(batch, result)
+        valid_parts.append(pa.Table.from_batches([valid]))
+        invalid_parts.append(pa.Table.from_batches([invalid]))
+        result.reread += batch.num_rows
+        progress.advance(batch.num_rows)
+    progress.finish()
+    schema = records.memory_schema(embedding_dim)
+    memories = pa.concat_tables([t.cast(schema) for t in valid_parts]).sort_by("id")
+    q_schema = quarantine_schema(embedding_dim)
+    quarantine = pa.concat_tables([t.cast(q_schema) for t in invalid_parts]).sort_by("id")
+    warehouse.write_table("memories", as_of, memories)
+    warehouse.write_table("quarantine", as_of, quarantine)
+    result.memories, result.quarantined = memories.num_rows, quarantine.num_rows
+    counts: dict[str, int] = {}
+    for batch in memories.select(["namespace"]).to_batches():
+        _count_namespaces(counts, batch)
+    result.namespaces = dict(sorted(counts.items()))
+    # The samples a full read would show: the first quarantined rows in id order, carried over or not.
+    result.quarantine_samples = []
+    if quarantine.num_rows:
+        _sample(result, quarantine.slice(0, QUARANTINE_SAMPLE).combine_chunks().to_batches()[0])
+
+
+def _checked(batch: pa.RecordBatch, result: SnapshotResult) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    batch, dropped = _without_unusable_vectors(batch)
+    result.vectors_dropped += dropped
+    valid, invalid = _split(batch)
+    if invalid.num_rows:
+        _sample(result, invalid)
+    return valid, invalid
+
+
+def _store_identity(store: Store) -> str:
+    return hashlib.sha256(store.redacted_url.encode()).hexdigest()[:16]
+
+
+def _write_state(
+    warehouse: Warehouse, as_of: dt.date, store: Store, embedding_dim: int, full_at: dt.date
+) -> None:
+    state = {
+        "format": STATE_FORMAT,
+        "as_of": as_of.isoformat(),
+        "full_at": full_at.isoformat(),
+        "store": _store_identity(store),
+        "schema_version": store.schema_version(),
+        "embedding_dim": embedding_dim,
+    }
+    path = warehouse.tables_root / STATE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(path.name + ".draft")
+    draft.write_text(json.dumps(state, sort_keys=True))
+    draft.replace(path)
+
+
+def _trusted_base(
+    store: Store, warehouse: Warehouse, as_of: dt.date, embedding_dim: int, full_every_days: int
+) -> tuple[dict[str, str] | None, str]:
+    """The previous snapshot's state when it can serve as the base of an incremental one, else why not."""
+    path = warehouse.tables_root / STATE_FILE
+    if not path.exists():
+        return None, "no earlier snapshot in this warehouse"
+    try:
+        state = json.loads(path.read_text())
+        base = dt.date.fromisoformat(state["as_of"])
+        full_at = dt.date.fromisoformat(state["full_at"])
+    except (ValueError, KeyError, TypeError):
+        return None, f"{path} is not readable"
+    if state.get("format") != STATE_FORMAT:
+        return None, "the earlier snapshot was written by another release"
+    if state.get("store") != _store_identity(store):
+        return None, "the earlier snapshot is of another store"
+    if state.get("embedding_dim") != embedding_dim:
+        return None, "snapshot.embedding_dim changed"
+    if state.get("schema_version") != store.schema_version():
+        return None, "the store's schema changed"
+    if (as_of - full_at).days >= full_every_days:
+        return None, f"the last full read was on {full_at} (snapshot.full_every_days: {full_every_days})"
+    for table in ("memories", "quarantine", SIGNATURES):
+        if not warehouse.table_path(table, base).exists():
+            return None, f"the earlier snapshot's {table} of {base} is missing"
+    return {"as_of": state["as_of"], "full_at": state["full_at"]}, ""
 
 
 def _without_unusable_vectors(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, int]:

@@ -54,7 +54,16 @@ def memory_snapshot(
             embedding_dim=config.snapshot.embedding_dim,
             batch_size=config.snapshot.batch_size,
             progress=LogProgress(context.log),
+            incremental=config.snapshot.incremental,
+            full_every_days=config.snapshot.full_every_days,
         )
+    if result.mode == "incremental":
+        context.log.info(
+            f"incremental snapshot: {result.reread} memories read again, {result.deleted} gone, the rest carried "
+            "over from the previous snapshot"
+        )
+    else:
+        context.log.info(f"full snapshot: {result.full_reason}")
     context.log.info(
         f"snapshot {as_of}: {result.memories} memories, {result.quarantined} quarantined, {result.links} links"
     )
@@ -69,6 +78,10 @@ def memory_snapshot(
             "quarantined": result.quarantined,
             "vectors_dropped": result.vectors_dropped,
             "config_fingerprint": config.fingerprint(),
+            "snapshot_mode": result.mode,
+            "memories_read": result.reread,
+            "memories_gone": result.deleted,
+            "full_reason": result.full_reason,
             "invalid_fraction": float(result.invalid_fraction),
             "links": result.links,
             "resumed_change_sets": dg.MetadataValue.json([r.as_dict() for r in resumed_sets]),

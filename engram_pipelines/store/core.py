@@ -119,8 +119,11 @@ class StoreCore(ABC):
         """
 
     @abstractmethod
-    def iter_memory_batches(self, batch_size: int, embedding_dim: int) -> Iterator[pa.RecordBatch]:
-        """Stream every memory as Arrow record batches (bounded memory), ordered by id."""
+    def iter_memory_batches(
+        self, batch_size: int, embedding_dim: int, ids: Sequence[str] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream every memory (or those of `ids`) as Arrow record batches (bounded memory), ordered by id in
+        binary order (as DuckDB and Arrow sort), whatever the database's collation."""
 
     @abstractmethod
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]: ...
@@ -215,6 +218,35 @@ class StoreCore(ABC):
         from engram_pipelines.store.urls import redact
 
         return redact(self.url)
+
+    # Every write to a memory changes at least one of these: agents' edits and the apply bump the version,
+    # access bookkeeping moves access_count and last_accessed_at. The incremental snapshot re-reads a row only
+    # when they differ from what the previous snapshot saw.
+    SIGNATURE_COLUMNS = ("id", "version", "access_count", "updated_at", "last_accessed_at")
+
+    def memory_signatures(self, batch_size: int = 200_000) -> pa.Table:
+        """Every memory's id and change signature (timestamps as the database writes them as text): a scan of
+        small columns, no content or vector."""
+        as_text = "::text" if self.dialect == "postgres" else ""
+        select = ", ".join(
+            f"{c}{as_text}" if c in ("updated_at", "last_accessed_at") else c for c in self.SIGNATURE_COLUMNS
+        )
+        types = [pa.string(), pa.int64(), pa.int64(), pa.string(), pa.string()]
+        parts = []
+        with self.read_transaction():
+            cur = self.conn.cursor()
+            cur.execute(f"SELECT {select} FROM memories")
+            while rows := cur.fetchmany(batch_size):
+                columns = list(zip(*rows, strict=True))
+                parts.append(
+                    pa.table(
+                        [pa.array(v, t) for v, t in zip(columns, types, strict=True)],
+                        names=list(self.SIGNATURE_COLUMNS),
+                    )
+                )
+        if not parts:
+            return pa.table([pa.array([], t) for t in types], names=list(self.SIGNATURE_COLUMNS))
+        return pa.concat_tables(parts)
 
     # -- row conversion ------------------------------------------------------------------------------------
     def _json_value_sql(self, column: str) -> str:

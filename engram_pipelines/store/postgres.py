@@ -25,7 +25,7 @@ from psycopg.types import TypeInfo
 from engram_pipelines.core import records
 from engram_pipelines.core.progress import Progress
 from engram_pipelines.store.base import Store
-from engram_pipelines.store.core import JSON_COLUMNS, StoreBusy, StoreError, embedding_array
+from engram_pipelines.store.core import JSON_COLUMNS, StoreBusy, StoreError, embedding_array, id_chunks
 
 _BATCH_TYPES = {
     "change_id": "text",
@@ -298,7 +298,9 @@ class PostgresStore(Store):
             return value.astimezone(dt.UTC)
         return value
 
-    def iter_memory_batches(self, batch_size: int, embedding_dim: int) -> Iterator[pa.RecordBatch]:
+    def iter_memory_batches(
+        self, batch_size: int, embedding_dim: int, ids: Sequence[str] | None = None
+    ) -> Iterator[pa.RecordBatch]:
         schema = records.memory_schema(embedding_dim)
         columns = schema.names
         # The vector as the bytes of its floats, turned into one array per batch (embedding_array) instead of a
@@ -311,18 +313,39 @@ class PostgresStore(Store):
         select = [
             f"{c}::text" if c in JSON_COLUMNS else raw_embedding if c == "embedding" else c for c in columns
         ]
-        with self._stream("engram_snapshot") as cur:
-            cur.itersize = batch_size  # type: ignore[attr-defined]  # a named stream: a ServerCursor
-            cur.execute(f"SELECT {', '.join(select)} FROM memories ORDER BY id")
-            while rows := cur.fetchmany(batch_size):
-                cols = list(zip(*rows, strict=True))
-                arrays = []
-                for name, values in zip(columns, cols, strict=True):
-                    if name == "embedding":
-                        arrays.append(embedding_array(values, embedding_dim, byte_order))
-                    else:
-                        arrays.append(pa.array(values, type=schema.field(name).type))
-                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+        def batch(rows: list[tuple]) -> pa.RecordBatch:
+            cols = list(zip(*rows, strict=True))
+            arrays = []
+            for name, values in zip(columns, cols, strict=True):
+                if name == "embedding":
+                    arrays.append(embedding_array(values, embedding_dim, byte_order))
+                else:
+                    arrays.append(pa.array(values, type=schema.field(name).type))
+            return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+        # Binary order (COLLATE "C"), as SQLite, DuckDB and Arrow sort: one order for every snapshot.
+        if ids is None:
+            with self._stream("engram_snapshot") as cur:
+                cur.itersize = batch_size  # type: ignore[attr-defined]  # a named stream: a ServerCursor
+                cur.execute(f'SELECT {", ".join(select)} FROM memories ORDER BY id COLLATE "C"')
+                while rows := cur.fetchmany(batch_size):
+                    yield batch(rows)
+            return
+        pending: list[tuple] = []
+        with self.read_transaction():
+            cur = self.conn.cursor()
+            for chunk, _ in id_chunks(sorted(ids)):
+                cur.execute(
+                    f'SELECT {", ".join(select)} FROM memories WHERE id = ANY(%s) ORDER BY id COLLATE "C"',
+                    (chunk,),
+                )
+                pending += cur.fetchall()
+                while len(pending) >= batch_size:
+                    rows, pending = pending[:batch_size], pending[batch_size:]
+                    yield batch(rows)
+        if pending:
+            yield batch(pending)
 
     def read_ahead(self, progress: Progress) -> None:
         """Nothing: the server reads its own files and keeps its own cache (`pg_prewarm` is the operator's tool)."""

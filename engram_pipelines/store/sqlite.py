@@ -34,6 +34,7 @@ from engram_pipelines.store.core import (
     StoreBusy,
     StoreError,
     embedding_array,
+    id_chunks,
 )
 from engram_pipelines.warehouse.schemas import with_row_problems
 
@@ -256,13 +257,27 @@ class SQLiteStore(Store):
             progress.advance(rows)
         progress.finish()
 
-    def iter_memory_batches(self, batch_size: int, embedding_dim: int) -> Iterator[pa.RecordBatch]:
+    def iter_memory_batches(
+        self, batch_size: int, embedding_dim: int, ids: Sequence[str] | None = None
+    ) -> Iterator[pa.RecordBatch]:
         schema = records.memory_schema(embedding_dim)
         columns = schema.names
         cur = self.conn.cursor()
-        cur.execute(f"SELECT {', '.join(columns)} FROM memories ORDER BY id")
-        while rows := cur.fetchmany(batch_size):
-            yield _memory_batch(list(zip(*rows, strict=True)), columns, schema, embedding_dim)
+        if ids is None:
+            cur.execute(f"SELECT {', '.join(columns)} FROM memories ORDER BY id")
+            while rows := cur.fetchmany(batch_size):
+                yield _memory_batch(list(zip(*rows, strict=True)), columns, schema, embedding_dim)
+            return
+        pending: list[tuple] = []
+        # Sorted chunks, each read in id order: the rows come out in id order overall.
+        for chunk, marks in id_chunks(sorted(ids)):
+            cur.execute(f"SELECT {', '.join(columns)} FROM memories WHERE id IN ({marks}) ORDER BY id", chunk)
+            pending += cur.fetchall()
+            while len(pending) >= batch_size:
+                batch, pending = pending[:batch_size], pending[batch_size:]
+                yield _memory_batch(list(zip(*batch, strict=True)), columns, schema, embedding_dim)
+        if pending:
+            yield _memory_batch(list(zip(*pending, strict=True)), columns, schema, embedding_dim)
 
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
         cur = self.conn.cursor()

@@ -109,3 +109,81 @@ def test_vectors_of_another_size_are_dropped_not_the_rows_and_the_night_embeds_t
     assert night["success"], night.get("error")
     assert night["steps"]["memory_snapshot"]["quarantined"] == 0
     assert night["steps"]["embeddings"]["embedded"] >= 6
+
+
+def _partition(warehouse, table: str, day) -> pa.Table:
+    return warehouse.read_table(table, day).replace_schema_metadata(None)
+
+
+def test_an_incremental_snapshot_is_the_partition_a_full_read_writes_night_after_night(store, tmp_path):
+    """Edits, accesses, an edit that keeps updated_at, deletes, a purge's restore, a row that breaks and one
+    that is mended: each night the incremental partition equals a full read of the same store."""
+    import datetime as dt
+
+    from engram_pipelines.warehouse.tables import Warehouse
+
+    store.insert_memories([memory(i, namespace=f"ns{i % 3}") for i in range(40)])
+    incremental, full = Warehouse(tmp_path / "incremental"), Warehouse(tmp_path / "full")
+
+    def raw(sql: str, *params: object) -> None:  # a writer that bypasses the store's API
+        with store.write_transaction() as cur:
+            cur.execute(store._sql(sql), params)
+
+    def night(day, expect_mode: str):
+        inc = take_snapshot(store, incremental, day, batch_size=7)
+        ref = take_snapshot(store, full, day, batch_size=7, incremental=False)
+        assert inc.mode == expect_mode, inc.full_reason
+        for table in ("memories", "quarantine", "links"):
+            assert _partition(incremental, table, day).equals(_partition(full, table, day)), table
+        assert (inc.memories, inc.quarantined, inc.namespaces) == (
+            ref.memories,
+            ref.quarantined,
+            ref.namespaces,
+        )
+        assert inc.quarantine_samples == ref.quarantine_samples
+        return inc
+
+    first = night(AS_OF, "full")
+    assert first.full_reason == "no earlier snapshot in this warehouse"
+
+    # Night 2: an agent's edit, accesses, a new row, a delete, and an edit that keeps updated_at.
+    store.update_memory("m1", 1, content="m1 now says something else")
+    store.record_access("m2")
+    store.record_access("m2")
+    store.insert_memories([memory(100, namespace="ns1")])
+    raw("DELETE FROM memories WHERE id = ?", "m3")
+    raw("UPDATE memories SET importance = 0.9, version = version + 1 WHERE id = ?", "m4")
+    second = night(AS_OF + dt.timedelta(days=1), "incremental")
+    assert (second.reread, second.deleted) == (4, 1)  # m1, m2, m4, m100 read again; m3 gone
+
+    # Night 3: the deleted row comes back as it was (a restore), one row breaks, and the same night again.
+    store.insert_memories([memory(3, namespace="ns0")])
+    raw("UPDATE memories SET access_count = -1 WHERE id = ?", "m5")
+    third = night(AS_OF + dt.timedelta(days=2), "incremental")
+    assert third.quarantined == 1 and third.reread == 2
+    again = night(AS_OF + dt.timedelta(days=2), "incremental")
+    assert again.reread == 0
+
+    # Night 4: the broken row is mended; nothing else changed.
+    raw("UPDATE memories SET access_count = 0 WHERE id = ?", "m5")
+    fourth = night(AS_OF + dt.timedelta(days=3), "incremental")
+    assert (fourth.reread, fourth.quarantined) == (1, 0)
+
+
+def test_a_full_read_when_the_base_cannot_be_trusted(store, tmp_path):
+    import datetime as dt
+
+    from engram_pipelines.warehouse.tables import Warehouse
+
+    store.insert_memories([memory(i) for i in range(5)])
+    warehouse = Warehouse(tmp_path / "wh")
+    take_snapshot(store, warehouse, AS_OF)
+    assert take_snapshot(store, warehouse, AS_OF + dt.timedelta(days=1)).mode == "incremental"
+    # Another vector size; a week since the last full read; a missing file of the base.
+    assert "embedding_dim" in take_snapshot(store, warehouse, AS_OF, embedding_dim=8).full_reason
+    take_snapshot(store, warehouse, AS_OF)
+    late = take_snapshot(store, warehouse, AS_OF + dt.timedelta(days=7))
+    assert late.mode == "full" and "full_every_days" in late.full_reason
+    next_day = AS_OF + dt.timedelta(days=8)
+    (warehouse.table_path("memory_signatures", AS_OF + dt.timedelta(days=7))).unlink()
+    assert "memory_signatures" in take_snapshot(store, warehouse, next_day).full_reason
