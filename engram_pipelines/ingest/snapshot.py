@@ -161,27 +161,31 @@ def _incremental(
 ) -> None:
     """The previous partition, minus the rows gone or changed, plus the changed and new rows read again."""
     base = dt.date.fromisoformat(previous["as_of"])
-    old = warehouse.read_table("memories", base)  # read whole before a same-day partition is replaced
-    old_quarantine = warehouse.read_table("quarantine", base)
+    old_ids = pa.concat_arrays(
+        [
+            warehouse.read_table(table, base, columns=["id"])["id"].combine_chunks().cast(pa.string())
+            for table in ("memories", "quarantine")
+        ]
+    )
     with duck() as con:
         con.register("now", signatures)
         con.register("saved", warehouse.read_table(SIGNATURES, base))
-        con.register(
-            "old_ids",
-            pa.table(
-                {
-                    "id": pa.concat_arrays(
-                        [old["id"].combine_chunks(), old_quarantine["id"].combine_chunks().cast(pa.string())]
-                    )
-                }
-            ),
-        )
+        con.register("old", pa.table({"id": old_ids}))
         changed = con.sql(
             "SELECT id FROM (SELECT * FROM now EXCEPT SELECT * FROM saved) ORDER BY id"
         ).to_arrow_table()["id"]
-        gone = con.sql("SELECT id FROM old_ids EXCEPT SELECT id FROM now").to_arrow_table()["id"]
-    drop = pa.concat_arrays([changed.combine_chunks(), gone.combine_chunks()])
+        gone = con.sql("SELECT id FROM old EXCEPT SELECT id FROM now").to_arrow_table()["id"]
     result.mode, result.deleted = "incremental", len(gone)
+    if not len(changed) and not len(gone):
+        # A quiet night: the previous partition is tonight's, file for file.
+        for table in ("memories", "quarantine"):
+            warehouse.link_partition(table, base, as_of)
+        namespaces = warehouse.read_table("memories", as_of, columns=["namespace"])
+        _summarise(namespaces, warehouse.read_table("quarantine", as_of), result)
+        return
+    drop = pa.concat_arrays([changed.combine_chunks(), gone.combine_chunks()])
+    old = warehouse.read_table("memories", base)  # read whole before a same-day partition is replaced
+    old_quarantine = warehouse.read_table("quarantine", base)
     progress.start("snapshot memories (changed)", len(changed))
     valid_parts = [old.filter(pc.invert(pc.is_in(old["id"], value_set=drop)))]
     invalid_parts = [old_quarantine.filter(pc.invert(pc.is_in(old_quarantine["id"], value_set=drop)))]
@@ -198,12 +202,17 @@ def _incremental(
     quarantine = pa.concat_tables([t.cast(q_schema) for t in invalid_parts]).sort_by("id")
     warehouse.write_table("memories", as_of, memories)
     warehouse.write_table("quarantine", as_of, quarantine)
-    result.memories, result.quarantined = memories.num_rows, quarantine.num_rows
+    _summarise(memories.select(["namespace"]), quarantine, result)
+
+
+def _summarise(namespaces: pa.Table, quarantine: pa.Table, result: SnapshotResult) -> None:
+    """Counts and samples of the written partition, as a full read reports them."""
+    result.memories, result.quarantined = namespaces.num_rows, quarantine.num_rows
     counts: dict[str, int] = {}
-    for batch in memories.select(["namespace"]).to_batches():
+    for batch in namespaces.to_batches():
         _count_namespaces(counts, batch)
     result.namespaces = dict(sorted(counts.items()))
-    # The samples a full read would show: the first quarantined rows in id order, carried over or not.
+    # The first quarantined rows in id order, carried over or not.
     result.quarantine_samples = []
     if quarantine.num_rows:
         _sample(result, quarantine.slice(0, QUARANTINE_SAMPLE).combine_chunks().to_batches()[0])

@@ -196,6 +196,18 @@ class Warehouse:
             pq.write_table(data, part, **_codecs(data.schema))
         return self.table_path(table, as_of)
 
+    def link_partition(self, table: str, source: dt.date, as_of: dt.date) -> Path:
+        """`as_of`'s partition of `table` as the same file as `source`'s (a hard link, a copy across devices):
+        partitions are replaced whole and never edited in place, so they can share a file."""
+        if source == as_of:
+            return self.table_path(table, as_of)
+        with self._replacing(table, as_of) as part:
+            try:
+                os.link(self.table_path(table, source), part)
+            except OSError:
+                shutil.copyfile(self.table_path(table, source), part)
+        return self.table_path(table, as_of)
+
     @contextmanager
     def partition_writer(self, table: str, as_of: dt.date, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
         """Stream record batches into one partition; it appears (atomically) only when the writer closes."""
