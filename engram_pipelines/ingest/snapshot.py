@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from engram_pipelines.core import records
 from engram_pipelines.core.duck import duck
@@ -184,25 +185,73 @@ def _incremental(
         _summarise(namespaces, warehouse.read_table("quarantine", as_of), result)
         return
     drop = pa.concat_arrays([changed.combine_chunks(), gone.combine_chunks()])
-    old = warehouse.read_table("memories", base)  # read whole before a same-day partition is replaced
-    old_quarantine = warehouse.read_table("quarantine", base)
     progress.start("snapshot memories (changed)", len(changed))
-    valid_parts = [old.filter(pc.invert(pc.is_in(old["id"], value_set=drop)))]
-    invalid_parts = [old_quarantine.filter(pc.invert(pc.is_in(old_quarantine["id"], value_set=drop)))]
+    valid_parts, invalid_parts = [], []
     for batch in store.iter_memory_batches(batch_size, embedding_dim, ids=changed.to_pylist()):
         valid, invalid = _checked(batch, result)
-        valid_parts.append(pa.Table.from_batches([valid]))
-        invalid_parts.append(pa.Table.from_batches([invalid]))
+        valid_parts.append(valid)
+        invalid_parts.append(invalid)
         result.reread += batch.num_rows
         progress.advance(batch.num_rows)
     progress.finish()
     schema = records.memory_schema(embedding_dim)
-    memories = pa.concat_tables([t.cast(schema) for t in valid_parts]).sort_by("id")
+    fresh = pa.Table.from_batches(valid_parts, schema=schema).sort_by("id")
+    namespaces = _merge_sorted(warehouse, base, as_of, schema, drop, fresh, batch_size)
+    old_quarantine = warehouse.read_table("quarantine", base)
     q_schema = quarantine_schema(embedding_dim)
-    quarantine = pa.concat_tables([t.cast(q_schema) for t in invalid_parts]).sort_by("id")
-    warehouse.write_table("memories", as_of, memories)
+    quarantine = pa.concat_tables(
+        [
+            old_quarantine.filter(pc.invert(pc.is_in(old_quarantine["id"], value_set=drop))).cast(q_schema),
+            pa.Table.from_batches(invalid_parts, schema=q_schema),
+        ]
+    ).sort_by("id")
     warehouse.write_table("quarantine", as_of, quarantine)
-    _summarise(memories.select(["namespace"]), quarantine, result)
+    _summarise(namespaces, quarantine, result)
+
+
+def _merge_sorted(
+    warehouse: Warehouse,
+    base: dt.date,
+    as_of: dt.date,
+    schema: pa.Schema,
+    drop: pa.Array,
+    fresh: pa.Table,
+    batch_size: int,
+) -> pa.Table:
+    """Write `as_of`'s memories: the base partition's rows (in id order) without those in `drop`, with the
+    `fresh` rows (sorted by id) merged in at their places. One pass over the base, a batch at a time: the
+    partition is never whole in memory (at 1M memories its vectors alone are 1.5 GB). Returns the namespaces."""
+    fresh_ids = np.array(fresh["id"].to_pylist(), dtype=object)
+    taken = 0
+    namespaces = []
+    source = pq.ParquetFile(warehouse.table_path("memories", base))
+    with warehouse.partition_writer("memories", as_of, schema) as out:
+        for batch in source.iter_batches(batch_size=batch_size):
+            kept = pa.Table.from_batches(
+                [batch.filter(pc.invert(pc.is_in(batch.column("id"), value_set=drop)))]
+            )
+            if kept.num_rows == 0:
+                continue
+            if kept.schema != schema:
+                kept = kept.cast(schema)
+            # The fresh rows that sort up to this batch's last id belong here, each at its place: slices of the
+            # two (no copy of the vectors), written as one table.
+            kept_ids = np.array(kept["id"].to_pylist(), dtype=object)
+            upto = int(np.searchsorted(fresh_ids, kept_ids[-1], side="right"))
+            pieces, at = [], 0
+            for index in range(taken, upto):
+                place = int(np.searchsorted(kept_ids, fresh_ids[index]))
+                pieces += [kept.slice(at, place - at), fresh.slice(index, 1)]
+                at = place
+            pieces.append(kept.slice(at))
+            taken = upto
+            merged = pa.concat_tables(pieces)
+            out.write_table(merged, row_group_size=batch_size)
+            namespaces.append(merged.select(["namespace"]))
+        rest = fresh.slice(taken)
+        out.write_table(rest, row_group_size=batch_size)
+        namespaces.append(rest.select(["namespace"]))
+    return pa.concat_tables(namespaces)
 
 
 def _summarise(namespaces: pa.Table, quarantine: pa.Table, result: SnapshotResult) -> None:
