@@ -43,11 +43,14 @@ def run_cli(args: list[str], env: dict[str, str]) -> tuple[dict, float, float]:
     return json.loads(done.stdout), seconds, peak
 
 
-def one_case(n: int, url: str, work: Path, later_nights: bool = True) -> list[dict[str, object]]:
+def one_case(
+    n: int, url: str, work: Path, later_nights: bool = True, text: bool = False
+) -> list[dict[str, object]]:
     env = {**os.environ, "ENGRAM_STORE_URL": url, "ENGRAM_WAREHOUSE": str(work / "warehouse")}
     env.pop("DAGSTER_HOME", None)
     rows = []
-    first, wall, peak = run_cli(["demo", "--size", str(n), "--as-of", AS_OF.isoformat()], env)
+    demo = ["demo", "--size", str(n), "--as-of", AS_OF.isoformat(), *(["--text"] if text else [])]
+    first, wall, peak = run_cli(demo, env)
     rows.append(_row("first night (load + nightly)", n, first, wall, peak))
     if not later_nights:
         return rows
@@ -92,6 +95,11 @@ def main() -> None:
     parser.add_argument("--executor", default="in_process", choices=["in_process", "multiprocess", "dask"])
     parser.add_argument("--shards", type=int, help="execution.shards (default: 1 in process, else 4)")
     parser.add_argument("--first-night-only", action="store_true", help="skip the two later nights")
+    parser.add_argument(
+        "--text",
+        action="store_true",
+        help="no vectors given: the first night embeds every text (real sentences)",
+    )
     args = parser.parse_args()
     os.environ["ENGRAM_EXECUTOR"] = args.executor
     if args.shards is not None:
@@ -116,7 +124,7 @@ def main() -> None:
                     if kind == "sqlite"
                     else server.create_database(f"nightly_{n}")
                 )
-                for row in one_case(n, url, work, later_nights=not args.first_night_only):
+                for row in one_case(n, url, work, later_nights=not args.first_night_only, text=args.text):
                     steps = ", ".join(
                         f"{k} {v:.1f}s" for k, v in sorted(row.pop("steps").items(), key=lambda kv: -kv[1])
                     )

@@ -160,6 +160,11 @@ def export(
 @click.option("--seed", default=7, show_default=True)
 @click.option("--as-of", "as_of", help="As-of date of the corpus and the run (default today, UTC).")
 @click.option("--reset", is_flag=True, help="Delete the store and warehouse first.")
+@click.option(
+    "--text",
+    is_flag=True,
+    help="Load the texts without their vectors: the nightly embeds every one (what a store without vectors costs).",
+)
 @common_options
 @json_option
 @friendly_errors
@@ -168,6 +173,7 @@ def demo(
     seed: int,
     as_of: str | None,
     reset: bool,
+    text: bool,
     store_arg: str | None,
     warehouse: str | None,
     config_path: str | None,
@@ -193,7 +199,7 @@ def demo(
         settings.write_text("telemetry:\n  enabled: false\n")
     os.environ.setdefault("DAGSTER_HOME", str(home))
     with opened(store_arg, migrate=True) as store:
-        loaded = load_demo(store, size=size, seed=seed, as_of=day)
+        loaded = load_demo(store, size=size, seed=seed, as_of=day, vectors=not text)
     if not as_json:
         if loaded:
             console.print(

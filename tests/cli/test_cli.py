@@ -14,7 +14,7 @@ from engram_pipelines.store import open_store
 from engram_pipelines.warehouse.tables import Warehouse
 from tests.support.changes import intent, propose
 from tests.support.cli import run
-from tests.support.memories import T0, memory
+from tests.support.memories import AS_OF, T0, memory
 from tests.support.paths import DATA
 
 MIXED = DATA / "import_mixed.jsonl"
@@ -414,3 +414,17 @@ def test_mem0_memories_go_back_to_mem0_s_shape_without_what_the_night_hid(store_
         "updated_at": "-",
         "user_id": "liguoyu",
     }
+
+
+def test_demo_text_loads_the_texts_without_vectors_and_the_night_embeds_them(tmp_path):
+    url = f"sqlite:///{tmp_path}/engram.db"
+    args = ["demo", "--size", "1000", "--as-of", AS_OF.isoformat(), "--text", "--store", url]
+    code, out = run(*args, "--warehouse", str(tmp_path / "wh"), "--json")
+    assert code == 0, out
+    summary = json.loads(out)
+    with open_store(url) as store:
+        stored = store.query("SELECT count(*) FROM memories WHERE embedding IS NOT NULL")[0][0]
+        total = store.count("memories")
+    assert stored == 0 and total >= 1000
+    embedded = summary["steps"]["embeddings"]["embedded"]
+    assert 0.9 * total <= embedded <= total  # every text but those the corpus marks as never embedded
