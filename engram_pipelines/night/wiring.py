@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from engram_pipelines.analyses.contradictions.policy import ContradictionResult, find_contradictions
+from engram_pipelines.analyses.contradictions.reuse import contradictions_reusing
 from engram_pipelines.analyses.lifecycle.decay import CueCache, decay_intents, decay_scores
 from engram_pipelines.analyses.lifecycle.promotion import promotion_intents, promotions
 from engram_pipelines.analyses.lifecycle.retention import leaving_active, retention_intents, retention_moves
@@ -53,7 +54,11 @@ def retention_for_day(
 def contradictions_for_day(
     memories: pa.Table, pairs: pa.Table, config: Config, *, cache_root: Path | None = None
 ) -> ContradictionResult:
-    return find_contradictions(memories, pairs, config, cache_root=cache_root)
+    """With `cache_root` (the warehouse): parsed features by content hash, and the whole result when its
+    inputs are last night's (`analyses/contradictions/reuse.py`)."""
+    if cache_root is None:
+        return find_contradictions(memories, pairs, config)
+    return contradictions_reusing(memories, pairs, config, cache_root=cache_root)
 
 
 def leaving_tonight(config: Config, moves: pa.Table) -> frozenset[str]:

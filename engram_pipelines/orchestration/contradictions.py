@@ -69,6 +69,7 @@ def contradictions(
             **standard(CONTRADICTION_SCHEMA, result.table.num_rows),
             "dagster/column_lineage": column_lineage(_CONTRADICTIONS_LINEAGE),
             "policy": config.contradiction.policy,
+            "reused_from_last_night": bool(result.figures.get("reused", False)),
             "by_rule": dg.MetadataValue.json(result.by_rule),
             "candidates_by_source": dg.MetadataValue.json(result.candidates_by_source),
             "found_by_source": dg.MetadataValue.json(result.found_by_source),

@@ -78,3 +78,57 @@ def test_supersede_policy_hides_the_older_row_and_is_gated():
 def test_an_unknown_policy_is_refused_naming_the_setting():
     with pytest.raises(ConfigError, match="contradiction.policy"):
         load_config(env={"MEMORY_CONTRADICTION_POLICY": "delete-both"})
+
+
+def test_last_nights_result_is_reused_only_while_its_inputs_are_unchanged(tmp_path):
+    from engram_pipelines.analyses.contradictions.reuse import contradictions_reusing
+
+    def columns(table: pa.Table) -> pa.Table:
+        return table.select(
+            ["id", "namespace", "content", "created_at", "metadata", "superseded_by", "pinned"]
+        )
+
+    memories = columns(snapshot(MEMORIES))
+    pairs = _pairs([("m2", "m3", 0.9), ("m4", "m5", 0.93)])
+    first = contradictions_reusing(memories, pairs, Config(), cache_root=tmp_path)
+    again = contradictions_reusing(memories, pairs, Config(), cache_root=tmp_path)
+    assert (first.figures["reused"], again.figures["reused"]) == (False, True)
+    assert again.table.equals(first.table) and again.intents.equals(first.intents)
+    assert (again.by_rule, again.samples, again.candidates_by_source) == (
+        first.by_rule,
+        first.samples,
+        first.candidates_by_source,
+    )
+    # One memory edited, a pair's score moved, a setting changed: each is computed again, as from scratch.
+    edited = [dict(r) for r in MEMORIES]
+    edited[3]["content"] = "My editor is emacs"
+    for changed_memories, changed_pairs, config in (
+        (columns(snapshot(edited)), pairs, Config()),
+        (memories, _pairs([("m2", "m3", 0.91), ("m4", "m5", 0.93)]), Config()),
+        (memories, pairs, Config.model_validate({"contradiction": {"policy": "supersede"}})),
+    ):
+        fresh = contradictions_reusing(changed_memories, changed_pairs, config, cache_root=tmp_path)
+        scratch = find_contradictions(changed_memories, changed_pairs, config)
+        assert fresh.figures["reused"] is False
+        assert fresh.table.equals(scratch.table) and fresh.intents.equals(scratch.intents)
+
+
+def test_a_stale_mark_does_not_recompute_but_an_explicit_link_does(tmp_path):
+    from engram_pipelines.analyses.contradictions.reuse import contradictions_reusing
+
+    def columns(rows) -> pa.Table:
+        return snapshot(rows).select(
+            ["id", "namespace", "content", "created_at", "metadata", "superseded_by", "pinned"]
+        )
+
+    pairs = _pairs([("m2", "m3", 0.9)])
+    contradictions_reusing(columns(MEMORIES), pairs, Config(), cache_root=tmp_path)
+    marked = [dict(r) for r in MEMORIES]
+    marked[4]["metadata"] = {"stale": {"score": 0.29}}  # written by the decay, night after night
+    assert contradictions_reusing(columns(marked), pairs, Config(), cache_root=tmp_path).figures["reused"]
+    linked = [dict(r) for r in MEMORIES]
+    linked[4]["metadata"] = {"contradicts": "m5"}
+    result = contradictions_reusing(columns(linked), pairs, Config(), cache_root=tmp_path)
+    assert result.figures["reused"] is False and ("m4", "m5") in {
+        (r["older_id"], r["newer_id"]) for r in result.table.to_pylist()
+    }
