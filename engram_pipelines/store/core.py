@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Self
 
@@ -225,11 +225,11 @@ class StoreCore(ABC):
     SIGNATURE_COLUMNS = ("id", "version", "access_count", "updated_at", "last_accessed_at")
 
     def memory_signatures(self, batch_size: int = 200_000) -> pa.Table:
-        """Every memory's id and change signature (timestamps as the database writes them as text): a scan of
-        small columns, no content or vector."""
-        as_text = "::text" if self.dialect == "postgres" else ""
+        """Every memory's id and change signature (timestamps in the store's one text form): a scan of small
+        columns, no content or vector."""
         select = ", ".join(
-            f"{c}{as_text}" if c in ("updated_at", "last_accessed_at") else c for c in self.SIGNATURE_COLUMNS
+            self._json_timestamp_sql(c) if c in ("updated_at", "last_accessed_at") else c
+            for c in self.SIGNATURE_COLUMNS
         )
         types = [pa.string(), pa.int64(), pa.int64(), pa.string(), pa.string()]
         parts = []
@@ -258,6 +258,18 @@ class StoreCore(ABC):
         for name, value in zip(columns, row, strict=True):
             out[name] = self._decode_embedding(value) if name == "embedding" else self._from_db(name, value)
         return out
+
+
+def rebatched(parts: Iterable[list[tuple]], size: int) -> Iterator[list[tuple]]:
+    """Rows arriving in parts of any size (one per `IN (...)` chunk), handed on in batches of `size`."""
+    pending: list[tuple] = []
+    for part in parts:
+        pending += part
+        while len(pending) >= size:
+            batch, pending = pending[:size], pending[size:]
+            yield batch
+    if pending:
+        yield pending
 
 
 def id_chunks(ids: Sequence[str], size: int = 500) -> Iterator[tuple[list[str], str]]:

@@ -25,7 +25,14 @@ from psycopg.types import TypeInfo
 from engram_pipelines.core import records
 from engram_pipelines.core.progress import Progress
 from engram_pipelines.store.base import Store
-from engram_pipelines.store.core import JSON_COLUMNS, StoreBusy, StoreError, embedding_array, id_chunks
+from engram_pipelines.store.core import (
+    JSON_COLUMNS,
+    StoreBusy,
+    StoreError,
+    embedding_array,
+    id_chunks,
+    rebatched,
+)
 
 _BATCH_TYPES = {
     "change_id": "text",
@@ -332,20 +339,12 @@ class PostgresStore(Store):
                 while rows := cur.fetchmany(batch_size):
                     yield batch(rows)
             return
-        pending: list[tuple] = []
+        query = f'SELECT {", ".join(select)} FROM memories WHERE id = ANY(%s) ORDER BY id COLLATE "C"'
         with self.read_transaction():
             cur = self.conn.cursor()
-            for chunk, _ in id_chunks(sorted(ids)):
-                cur.execute(
-                    f'SELECT {", ".join(select)} FROM memories WHERE id = ANY(%s) ORDER BY id COLLATE "C"',
-                    (chunk,),
-                )
-                pending += cur.fetchall()
-                while len(pending) >= batch_size:
-                    rows, pending = pending[:batch_size], pending[batch_size:]
-                    yield batch(rows)
-        if pending:
-            yield batch(pending)
+            parts = (cur.execute(query, (chunk,)).fetchall() for chunk, _ in id_chunks(sorted(ids)))
+            for rows in rebatched(parts, batch_size):
+                yield batch(rows)
 
     def read_ahead(self, progress: Progress) -> None:
         """Nothing: the server reads its own files and keeps its own cache (`pg_prewarm` is the operator's tool)."""

@@ -35,6 +35,7 @@ from engram_pipelines.store.core import (
     StoreError,
     embedding_array,
     id_chunks,
+    rebatched,
 )
 from engram_pipelines.warehouse.schemas import with_row_problems
 
@@ -268,16 +269,13 @@ class SQLiteStore(Store):
             while rows := cur.fetchmany(batch_size):
                 yield _memory_batch(list(zip(*rows, strict=True)), columns, schema, embedding_dim)
             return
-        pending: list[tuple] = []
         # Sorted chunks, each read in id order: the rows come out in id order overall.
-        for chunk, marks in id_chunks(sorted(ids)):
-            cur.execute(f"SELECT {', '.join(columns)} FROM memories WHERE id IN ({marks}) ORDER BY id", chunk)
-            pending += cur.fetchall()
-            while len(pending) >= batch_size:
-                batch, pending = pending[:batch_size], pending[batch_size:]
-                yield _memory_batch(list(zip(*batch, strict=True)), columns, schema, embedding_dim)
-        if pending:
-            yield _memory_batch(list(zip(*pending, strict=True)), columns, schema, embedding_dim)
+        select = f"SELECT {', '.join(columns)} FROM memories WHERE id IN ({{}}) ORDER BY id"
+        parts = (
+            cur.execute(select.format(marks), chunk).fetchall() for chunk, marks in id_chunks(sorted(ids))
+        )
+        for rows in rebatched(parts, batch_size):
+            yield _memory_batch(list(zip(*rows, strict=True)), columns, schema, embedding_dim)
 
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
         cur = self.conn.cursor()
