@@ -187,3 +187,8 @@ def test_a_full_read_when_the_base_cannot_be_trusted(store, tmp_path):
     next_day = AS_OF + dt.timedelta(days=8)
     (warehouse.table_path("memory_signatures", AS_OF + dt.timedelta(days=7))).unlink()
     assert "memory_signatures" in take_snapshot(store, warehouse, next_day).full_reason
+    # Most rows changed (the night after a first night's apply): one full read, and the partition is the same.
+    store.insert_memories([memory(i) for i in range(5, 10)])
+    busy = take_snapshot(store, warehouse, next_day + dt.timedelta(days=1))
+    assert busy.mode == "full" and "5 of 10 memories changed" in busy.full_reason
+    assert busy.memories == 10
