@@ -376,6 +376,12 @@ class ExecutionConfig(_Section):
     """Steps at once (multiprocess), or worker processes of the local Dask cluster."""
     dask_scheduler: str = ""
     """Address of a running Dask scheduler (tcp://host:8786); empty starts a local cluster per run."""
+    reuse: bool = True
+    """Carry last night's work over where its inputs did not change: the snapshot reads only changed rows
+    (`snapshot.incremental`), vector pairs are compared again only in namespaces whose vectors moved, and the
+    contradictions are reused whole when their inputs are last night's. false recomputes every analysis from a
+    full read of the store: the reference the incremental nights are held equal to (bench/nightly.py times both).
+    Vectors and parsed sentences are still looked up by content: they depend on nothing else."""
     shards: int | None = Field(None, ge=1, le=256)
     """Namespace hash shards: the sharded analyses run one step per shard, in parallel on the executor. Unset:
     1 with `in_process` (its steps run one after another and each would read the whole file's vectors to pick its

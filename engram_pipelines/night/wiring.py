@@ -54,10 +54,10 @@ def retention_for_day(
 def contradictions_for_day(
     memories: pa.Table, pairs: pa.Table, config: Config, *, cache_root: Path | None = None
 ) -> ContradictionResult:
-    """With `cache_root` (the warehouse): parsed features by content hash, and the whole result when its
-    inputs are last night's (`analyses/contradictions/reuse.py`)."""
-    if cache_root is None:
-        return find_contradictions(memories, pairs, config)
+    """With `cache_root` (the warehouse): parsed features by content hash, and (`execution.reuse`) the whole
+    result when its inputs are last night's (`analyses/contradictions/reuse.py`)."""
+    if cache_root is None or not config.execution.reuse:
+        return find_contradictions(memories, pairs, config, cache_root=cache_root)
     return contradictions_reusing(memories, pairs, config, cache_root=cache_root)
 
 

@@ -54,7 +54,7 @@ def memory_snapshot(
             embedding_dim=config.snapshot.embedding_dim,
             batch_size=config.snapshot.batch_size,
             progress=LogProgress(context.log),
-            incremental=config.snapshot.incremental,
+            incremental=config.snapshot.incremental and config.execution.reuse,
             full_every_days=config.snapshot.full_every_days,
         )
     if result.mode == "incremental":

@@ -24,6 +24,9 @@ DEFINITIONS_MODULE = "engram_pipelines.orchestration.definitions"
 _SUMMARY_KEYS = (
     "dagster/row_count",
     "config_fingerprint",
+    "snapshot_mode",
+    "namespaces_reused",
+    "reused_from_last_night",
     "quarantined",
     "links",
     "namespaces",

@@ -94,6 +94,7 @@ def _pair_shard(
         exact_cutoff=config.similarity.exact_cutoff,
         directory=wh.root / "pair_cache" / f"shard-{shard}-of-{shards}",
         progress=LogProgress(context.log),
+        reuse=config.execution.reuse,
     )
     memories = wh.read_shard("memories", as_of, shard, shards, columns=MERGE_COLUMNS)
     pairs = merged_pairs(found.pairs, exact_content_pairs(memories))

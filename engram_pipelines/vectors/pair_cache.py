@@ -55,14 +55,16 @@ def cached_vector_pairs(
     exact_cutoff: int,
     directory: Path,
     progress: Progress | None = None,
+    reuse: bool = True,
 ) -> CachedPairs:
-    """`vector_pairs` of `vectors`, reusing the stored pairs of every namespace whose fingerprint is unchanged.
+    """`vector_pairs` of `vectors`, reusing the stored pairs of every namespace whose fingerprint is unchanged
+    (none with `reuse` false: every namespace is compared).
 
     `directory` holds one part's cache (a shard's); it is replaced by tonight's pairs and fingerprints."""
     settings = hashlib.sha256(f"{threshold!r}|{exact_cutoff}".encode()).hexdigest()[:12]
     path = directory / f"pairs-{settings}.parquet"
     tonight = namespace_fingerprints(vectors)
-    stored, before = _stored(path)
+    stored, before = _stored(path) if reuse else (None, None)
     same = _unchanged(tonight, before) if stored is not None else pa.array([], pa.string())
     changed = vectors.filter(pc.invert(pc.is_in(vectors["namespace"], value_set=same)))
     fresh, methods = vector_pairs(changed, threshold, exact_cutoff=exact_cutoff, progress=progress)
