@@ -9,6 +9,10 @@ nightly job (snapshot, every analysis, change set, apply of the auto class, heal
 then the nightly of the next day (no agent wrote anything, but the first night's apply created rows: semantic
 facts, merged rows, summaries, which this night embeds and compares), and of the day after (nothing new at all),
 which shows what the incremental path costs. Per-stage seconds come from Dagster's step events.
+
+Each later night also runs, in the same run, as a full recompute (`execution.reuse: false`: a full read of the
+store, every analysis from scratch) on a copy of the store and warehouse as that night found them; the two must
+propose the same change sets (checked: the benchmark stops otherwise) and the table prints the ratio.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 CLI = str(ROOT / ".venv" / "bin" / "engram-pipelines")
 AS_OF = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=2)  # the last night is today: a valid partition
 
@@ -43,26 +48,80 @@ def run_cli(args: list[str], env: dict[str, str]) -> tuple[dict, float, float]:
     return json.loads(done.stdout), seconds, peak
 
 
+class Copies:
+    """A copy of a case's store and warehouse as they are now: where the full recompute of a night runs."""
+
+    def __init__(self, url: str, work: Path, server: object | None) -> None:
+        self.url, self.work, self.server = url, work, server
+
+    def take(self, name: str) -> tuple[str, Path]:
+        target = self.work.parent / f"{self.work.name}-{name}"
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(
+            self.work, target
+        )  # the SQLite file (the CLI closed it: no WAL left) and the warehouse
+        if self.url.startswith("sqlite"):
+            return f"sqlite:///{target}/engram.db", target
+        database = self.url.rsplit("/", 1)[1].split("?")[0]
+        return self.server.create_database(f"{database}_{name}", copy_of=database), target  # type: ignore[attr-defined]
+
+
 def one_case(
-    n: int, url: str, work: Path, later_nights: bool = True, text: bool = False
+    n: int, copies: Copies, later_nights: bool = True, text: bool = False
 ) -> list[dict[str, object]]:
-    env = {**os.environ, "ENGRAM_STORE_URL": url, "ENGRAM_WAREHOUSE": str(work / "warehouse")}
-    env.pop("DAGSTER_HOME", None)
+    env = _env(copies.url, copies.work)
     rows = []
     demo = ["demo", "--size", str(n), "--as-of", AS_OF.isoformat(), *(["--text"] if text else [])]
     first, wall, peak = run_cli(demo, env)
     rows.append(_row("first night (load + nightly)", n, first, wall, peak))
     if not later_nights:
         return rows
+    full_config = copies.work.parent / f"{copies.work.name}-full.yaml"
+    full_config.write_text("execution:\n  reuse: false\n")
     # The second night embeds and compares what the first night's apply created (semantic facts, merged rows,
     # summaries); the third has nothing new at all: the incremental path alone.
     for day, label in ((1, "second night (the first's new rows)"), (2, "quiet third night")):
-        later, wall, peak = run_cli(["run", "--as-of", (AS_OF + dt.timedelta(days=day)).isoformat()], env)
-        rows.append(_row(label, n, later, wall, peak))
+        as_of = (AS_OF + dt.timedelta(days=day)).isoformat()
+        url, target = copies.take("full")
+        full, full_wall, full_peak = run_cli(
+            ["run", "--as-of", as_of], {**_env(url, target), "ENGRAM_CONFIG": str(full_config)}
+        )
+        later, wall, peak = run_cli(["run", "--as-of", as_of], env)
+        same = _proposed(copies.url, as_of) == _proposed(url, as_of)
+        if not same:
+            raise SystemExit(
+                f"{label}: the incremental night and the full recompute proposed different changes"
+            )
+        rows.append(_row(label, n, later, wall, peak, versus=float(full["seconds"])))
+        rows.append(_row(f"{label}, full recompute", n, full, full_wall, full_peak))
+        shutil.rmtree(target, ignore_errors=True)
     return rows
 
 
-def _row(label: str, n: int, summary: dict, wall: float, peak: float) -> dict[str, object]:
+def _env(url: str, work: Path) -> dict[str, str]:
+    env = {**os.environ, "ENGRAM_STORE_URL": url, "ENGRAM_WAREHOUSE": str(work / "warehouse")}
+    env.pop("DAGSTER_HOME", None)
+    env.pop("ENGRAM_CONFIG", None)
+    return env
+
+
+def _proposed(url: str, as_of: str) -> set[tuple[str, str]]:
+    """Every change the night proposed, with its class (the change ids are content hashes)."""
+    from engram_pipelines.changes.registry import read_changes
+    from engram_pipelines.store import open_store
+
+    with open_store(url) as store:
+        return {
+            (record.review_class, change_id)
+            for record in store.list_change_sets()
+            if record.as_of == as_of
+            for change_id in read_changes(record, ["change_id"]).column("change_id").to_pylist()
+        }
+
+
+def _row(
+    label: str, n: int, summary: dict, wall: float, peak: float, versus: float | None = None
+) -> dict[str, object]:
     steps = summary.get("step_seconds", {})
     job = float(summary["seconds"])
     return {
@@ -70,6 +129,7 @@ def _row(label: str, n: int, summary: dict, wall: float, peak: float) -> dict[st
         "memories": n,
         "wall_s": round(wall, 1),
         "job_s": round(job, 1),
+        "full_recompute_over_this": f"{versus / job:.1f}x" if versus else "",
         "rows_per_s": round(n / job),
         "peak_mb": round(peak),
         "steps": {k: v for k, v in steps.items() if not k.endswith(tuple(_CHECKS))},
@@ -108,9 +168,12 @@ def main() -> None:
         f"# nightly benchmark, {dt.date.today()}, {platform.machine()}, {os.cpu_count()} cores, "
         f"executor {args.executor}, shards {args.shards or 'default'}, load average {os.getloadavg()[0]:.1f}"
     )
+    print(
+        "| store | run | memories | wall s | job s | full recompute / this | rows/s | peak MB | applied | "
+        "steps |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
     server = None
     if "postgres" in args.stores:
-        sys.path.insert(0, str(ROOT))
         from engram_pipelines.testing.postgres import PostgresServer
 
         server = PostgresServer()
@@ -124,7 +187,8 @@ def main() -> None:
                     if kind == "sqlite"
                     else server.create_database(f"nightly_{n}")
                 )
-                for row in one_case(n, url, work, later_nights=not args.first_night_only, text=args.text):
+                copies = Copies(url, work, server)
+                for row in one_case(n, copies, later_nights=not args.first_night_only, text=args.text):
                     steps = ", ".join(
                         f"{k} {v:.1f}s" for k, v in sorted(row.pop("steps").items(), key=lambda kv: -kv[1])
                     )
@@ -133,6 +197,8 @@ def main() -> None:
                         flush=True,
                     )
                 shutil.rmtree(work, ignore_errors=True)
+                for leftover in work.parent.glob(f"{work.name}-*"):
+                    shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink()
     finally:
         if server is not None:
             server.stop()

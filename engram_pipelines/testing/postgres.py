@@ -162,17 +162,21 @@ class PostgresServer:
             self._run_dir = None
             self._pid = None
 
-    def create_database(self, name: str) -> str:
-        """(Re)create database ``name`` empty, with pgvector installed when available; return its URL.
+    def create_database(self, name: str, *, copy_of: str | None = None) -> str:
+        """(Re)create database ``name`` empty, with pgvector installed when available; return its URL. With
+        ``copy_of`` (a database of this server, no one connected), a copy of that database instead.
 
         An existing database of that name is dropped first, so reruns against ``ENGRAM_TEST_PG_URL`` work.
         """
         ident = sql.Identifier(name)
+        create = sql.SQL("CREATE DATABASE {}").format(ident)
+        if copy_of is not None:
+            create = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(ident, sql.Identifier(copy_of))
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+            conn.execute(create)
         url = _with_database(self.url, name)
-        if self._has_pgvector:
+        if self._has_pgvector and copy_of is None:
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         return url
