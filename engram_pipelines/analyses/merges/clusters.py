@@ -84,7 +84,7 @@ def band_pairs(
     ids = pc.unique(pa.chunked_array([*band["left_id"].chunks, *band["right_id"].chunks], pa.string()))
     involved = memories.select(["id", "kind", "content"]).filter(pc.is_in(memories["id"], value_set=ids))
     numbers = [json.dumps(n) for n in numbers_of(involved["content"].to_pylist())]
-    with duck() as con:
+    with duck(joins_as_written=True) as con:
         con.register("p", band)
         con.register("m", involved.append_column("numbers", pa.array(numbers, pa.string())))
         con.register(

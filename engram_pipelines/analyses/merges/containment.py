@@ -247,7 +247,7 @@ def is_contained(inner: str, outer: str, min_coverage: float = DEFAULT_MIN_COVER
 def directed_pairs(pairs: pa.Table, features: pa.Table, min_coverage: float) -> pa.Table:
     """`pairs` (left_id, right_id, ...) with `left_in_right` and `right_in_left`, and each side's number of
     content words (`left_words`, `right_words`: how informative it is); only pairs where one side is contained."""
-    with duck() as con:
+    with duck(joins_as_written=True) as con:
         con.register("p", pairs)
         con.register("f", features)
         return con.sql(
@@ -280,7 +280,7 @@ def same_fact_pairs(pairs: pa.Table, ids: Sequence[str], contents: Sequence[str]
             "numbers": pa.array([list(n) for n in numbers_of(contents)], pa.list_(pa.string())),
         }
     )
-    with duck() as con:
+    with duck(joins_as_written=True) as con:
         con.register("p", pairs)
         con.register("f", features)
         return con.sql(
