@@ -16,7 +16,6 @@ Precedence on one row (documented in docs/concepts.md):
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.core import jsontext
+from engram_pipelines.core.digests import content_sha
 from engram_pipelines.core.timestamps import format_timestamp
 
 
@@ -147,10 +147,6 @@ class Intent:
 
 class Ineligible(Exception):
     """The row no longer qualifies for the change (the reason says why)."""
-
-
-def content_sha(content: str) -> str:
-    return hashlib.sha256(content.encode()).hexdigest()[:16]
 
 
 def _hiding(intents: list[Intent]) -> set[str]:

@@ -42,8 +42,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from engram_pipelines.changes.intents import content_sha
 from engram_pipelines.core import records
+from engram_pipelines.core.digests import content_sha
 from engram_pipelines.core.timestamps import UTC, end_of_day, format_timestamp
 
 DEFAULT_AS_OF = dt.date(2026, 11, 29)

@@ -128,6 +128,7 @@ def semantic(
         config,
         end_of_day(as_of),
         fading=fading.combine_chunks(),
+        cache_root=wh.root,
     )
     return _finish(
         wh,

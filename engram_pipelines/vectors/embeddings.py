@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from engram_pipelines.changes.intents import content_sha
+from engram_pipelines.core.digests import content_sha
 from engram_pipelines.core.progress import Progress, SilentProgress
 
 __all__ = [

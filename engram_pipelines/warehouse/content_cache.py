@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from engram_pipelines.core.digests import content_sha
 from engram_pipelines.core.duck import duck
 from engram_pipelines.warehouse.tables import write_parquet
 
@@ -71,3 +73,30 @@ class ContentCache:
             return
         digest = hashlib.sha256("".join(sorted(table["sha"].to_pylist())).encode()).hexdigest()[:16]
         write_parquet(table, self.directory / f"part-{digest}.parquet")
+
+
+def computed_by_content(
+    contents: Sequence[str | None], compute: Callable[[list[str]], pa.Table], cache: ContentCache | None
+) -> pa.Table:
+    """`compute(texts)` (a table of one row per text, in order) for `contents`, row for row, computing each
+    distinct content once; with a `cache`, once across nights: what the cache holds is looked up, the rest is
+    computed and added. A missing content counts as the empty text."""
+    texts = [c or "" for c in contents]
+    shas = [content_sha(t) for t in texts]
+    unique = sorted(set(shas))
+    known = cache.lookup(unique) if cache is not None else None
+    have = set(known["sha"].to_pylist()) if known is not None else set()
+    missing = [sha for sha in unique if sha not in have]
+    if missing or known is None:
+        text_of = dict(zip(shas, texts, strict=True))
+        fresh = compute([text_of[sha] for sha in missing])
+        fresh = fresh.add_column(0, "sha", pa.array(missing, pa.string()))
+        if cache is not None:
+            cache.add(fresh)
+        known = fresh if known is None else pa.concat_tables([known.cast(fresh.schema), fresh])
+    with duck() as con:
+        con.register("wanted", pa.table({"sha": pa.array(shas, pa.string()), "position": range(len(shas))}))
+        con.register("known", known)
+        return con.sql(
+            "SELECT k.* EXCLUDE (sha) FROM wanted w JOIN known k USING (sha) ORDER BY w.position"
+        ).to_arrow_table()

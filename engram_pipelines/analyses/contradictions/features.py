@@ -22,9 +22,7 @@ from engram_pipelines.analyses.contradictions.rules import (
     WEAK_RELATION,
     RuleBook,
 )
-from engram_pipelines.changes.intents import content_sha
-from engram_pipelines.core.duck import duck
-from engram_pipelines.warehouse.content_cache import ContentCache
+from engram_pipelines.warehouse.content_cache import ContentCache, computed_by_content
 
 # Words keep inner dots, dashes, slashes, apostrophes and colons ("node.js", "gpt-4", "don't", "9:30") and
 # thousands separators ("5,000"); a currency sign stays on its amount.
@@ -495,27 +493,8 @@ def cached_memory_features(
     <cache_root>/contradiction_features/, per parser version and rules): a quiet night parses only what is new."""
     if not ids:  # an empty store: nothing to parse (and no cached columns to shape a result from)
         return FEATURES_SCHEMA.empty_table()
-    shas = [content_sha(c or "") for c in contents]
     cache = ContentCache(cache_root / "contradiction_features" / f"v{FEATURES_VERSION}-{rules.fingerprint}")
-    unique = sorted(set(shas))
-    known = cache.lookup(unique)
-    have = set(known["sha"].to_pylist()) if known is not None else set()
-    missing = [sha for sha in unique if sha not in have]
-    if missing:
-        content_of = dict(zip(shas, contents, strict=True))
-        parsed = memory_features(missing, [content_of[sha] for sha in missing], rules)
-        parsed = parsed.rename_columns(["sha", *FEATURES_SCHEMA.names[1:]])
-        cache.add(parsed)
-        known = parsed if known is None else pa.concat_tables([known.cast(parsed.schema), parsed])
-    with duck() as con:
-        con.register(
-            "wanted", pa.table({"id": pa.array(ids, pa.string()), "sha": shas, "position": range(len(ids))})
-        )
-        con.register("known", known if known is not None else pa.table({"sha": pa.array([], pa.string())}))
-        return (
-            con.sql(
-                "SELECT w.id, k.* EXCLUDE (sha) FROM wanted w JOIN known k USING (sha) ORDER BY w.position"
-            )
-            .to_arrow_table()
-            .cast(FEATURES_SCHEMA)
-        )
+    parsed = computed_by_content(
+        contents, lambda texts: memory_features(texts, texts, rules).drop_columns(["id"]), cache
+    )
+    return parsed.add_column(0, "id", pa.array(list(ids), pa.string())).cast(FEATURES_SCHEMA)

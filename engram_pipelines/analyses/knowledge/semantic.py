@@ -60,13 +60,14 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.analyses.knowledge.chitchat import carries_knowledge, informativeness
+from engram_pipelines.analyses.knowledge.chitchat import informativeness
 from engram_pipelines.analyses.knowledge.clusters import CoherentCluster, coherent_clusters
 from engram_pipelines.analyses.knowledge.nodes import (
     PRIOR_CONFIDENCE,
@@ -83,7 +84,8 @@ from engram_pipelines.analyses.knowledge.rows import (
     memory_facts,
     rows_by_id,
 )
-from engram_pipelines.analyses.merges.containment import same_fact_pairs
+from engram_pipelines.analyses.knowledge.texts import cached_text_facts
+from engram_pipelines.analyses.merges.containment import SAME_FACT_SCHEMA, same_fact_pairs
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.intents import INTENT_SCHEMA, intents_table
 from engram_pipelines.config.model import Config, SemanticConfig
@@ -230,18 +232,20 @@ def semantic_extraction(
     at: dt.datetime,
     *,
     fading: pa.Array | None = None,
+    cache_root: Path | None = None,
 ) -> AnalysisResult:
     """Create, reinforce and maintain semantic nodes; its table has SEMANTIC_SCHEMA.
 
     `memories` may carry tonight's projected transitions; `fading` names the rows that were active when the
     night started and that tonight's retention archives: they still seed (a node keeps what fades).
+    `cache_root` (the warehouse): texts are parsed once per distinct content across nights (`texts`).
     """
     cfg = config.semantic
     facts = memory_facts(memories)
     run = _start_run(facts, memories, links, vectors, cfg, at)
     episodic = facts.filter(pc.equal(facts["kind"], "episodic"))
     close = pairs.filter(pc.greater_equal(pairs["score"], cfg.cluster_similarity_threshold))
-    candidates = _seeds(episodic, close, fading, run.partners)
+    candidates = _seeds(episodic, close, fading, run.partners, cache_root)
     clusters = coherent_clusters(
         _repeating(close, candidates), candidates, cfg.cluster_similarity_threshold, prefix="sem"
     )
@@ -262,7 +266,11 @@ def _replaced(memory_id: str, superseded_by: str | None, partners: dict[str, set
 
 
 def _seeds(
-    episodic: pa.Table, close: pa.Table, fading: pa.Array | None, partners: dict[str, set[str]]
+    episodic: pa.Table,
+    close: pa.Table,
+    fading: pa.Array | None,
+    partners: dict[str, set[str]],
+    cache_root: Path | None,
 ) -> pa.Table:
     """The rows that may seed or reinforce a node: active when the night starts (a row archived or queued
     before tonight never revives as knowledge; one tonight's retention archives still seeds), neither
@@ -270,7 +278,8 @@ def _seeds(
     fact never becomes knowledge; in a `close` pair (at the threshold), and knowledge rather than
     chit-chat (`knowledge.carries_knowledge`, parsed only for the paired rows). A row merged into a canonical
     (superseded, not contradicted) still seeds: its canonical says everything it says, so whether tonight's
-    gated merges are approved before the next run changes no cluster."""
+    gated merges are approved before the next run changes no cluster. The rows carry their `same_fact_features`
+    (parsed with the knowledge test) for `_repeating`."""
     paired = pc.unique(pa.chunked_array([*close["left_id"].chunks, *close["right_id"].chunks], pa.string()))
     active = pc.equal(episodic["zone"], "active")
     if fading is not None and len(fading):
@@ -282,8 +291,10 @@ def _seeds(
         pc.invert(pc.is_in(episodic["id"], pa.array(replaced, pa.string()))),
     )
     rows = episodic.filter(pc.and_(pc.and_(active, undisputed), pc.is_in(episodic["id"], paired)))
-    knowledge = [carries_knowledge(c) for c in rows["content"].to_pylist()]
-    return rows.filter(pa.array(knowledge, pa.bool_()))
+    texts = cached_text_facts(rows["content"].to_pylist(), cache_root)
+    for name in SAME_FACT_SCHEMA.names:
+        rows = rows.append_column(f"text_{name}", texts[name])
+    return rows.filter(texts["knowledge"])
 
 
 def _repeating(close: pa.Table, candidates: pa.Table) -> pa.Table:
@@ -291,7 +302,8 @@ def _repeating(close: pa.Table, candidates: pa.Table) -> pa.Table:
     and names): a node is a repetition, not two related facts."""
     ids = candidates["id"]
     among = close.filter(pc.and_(pc.is_in(close["left_id"], ids), pc.is_in(close["right_id"], ids)))
-    return same_fact_pairs(among, ids.to_pylist(), candidates["content"].to_pylist())
+    features = candidates.select([f"text_{name}" for name in SAME_FACT_SCHEMA.names])
+    return same_fact_pairs(among, ids.to_pylist(), features.rename_columns(SAME_FACT_SCHEMA.names))
 
 
 def _start_run(

@@ -263,26 +263,41 @@ def directed_pairs(pairs: pa.Table, features: pa.Table, min_coverage: float) -> 
         ).to_arrow_table()
 
 
-def same_fact_pairs(pairs: pa.Table, ids: Sequence[str], contents: Sequence[str]) -> pa.Table:
+SAME_FACT_SCHEMA = pa.schema(
+    [
+        pa.field("names", pa.list_(pa.string())),
+        # Every name but the subject (a name opening the text: the subject or just a capitalised word).
+        pa.field("tail", pa.list_(pa.string())),
+        pa.field("numbers", pa.list_(pa.string())),
+    ]
+)
+
+
+def same_fact_features(contents: Sequence[str]) -> pa.Table:
+    """One SAME_FACT_SCHEMA row per text: what `same_fact_pairs` compares."""
+    terms = [memory_terms(c) for c in contents]
+    return pa.table(
+        [
+            pa.array([t[1] for t in terms], pa.list_(pa.string())),
+            pa.array([[n for n in t[1] if n != t[2]] for t in terms], pa.list_(pa.string())),
+            pa.array([list(n) for n in numbers_of(contents)], pa.list_(pa.string())),
+        ],
+        schema=SAME_FACT_SCHEMA,
+    )
+
+
+def same_fact_pairs(pairs: pa.Table, ids: Sequence[str], features: pa.Table) -> pa.Table:
     """The `pairs` (left_id, right_id, ...) whose two rows may repeat one fact, for a semantic node: the same
     numbers, and each row's names (but a leading one, which may be any capitalised word opening a sentence:
     "Again", "Another") among the other's names. "Maya's phone number is 617-555-0142" and "... is
     720-555-0199", "Maya lives in Boston" and "Maya's sister Ana lives in Denver", "Tom uses vim" and "Tom
     switched his editor to VS Code" are related, not a repetition: on a hand-made history each became a node.
-    `ids` / `contents`: the rows the pairs name."""
-    terms = [memory_terms(c) for c in contents]
-    features = pa.table(
-        {
-            "id": pa.array(list(ids), pa.string()),
-            "names": pa.array([t[1] for t in terms], pa.list_(pa.string())),
-            # Every name but the subject (a name opening the text: the subject or just a capitalised word).
-            "tail": pa.array([[n for n in t[1] if n != t[2]] for t in terms], pa.list_(pa.string())),
-            "numbers": pa.array([list(n) for n in numbers_of(contents)], pa.list_(pa.string())),
-        }
-    )
+    `ids`: the rows the pairs name; `features`: their `same_fact_features`, row for row."""
     with duck(joins_as_written=True) as con:
         con.register("p", pairs)
-        con.register("f", features)
+        con.register(
+            "f", features.select(SAME_FACT_SCHEMA.names).add_column(0, "id", pa.array(list(ids), pa.string()))
+        )
         return con.sql(
             """
             SELECT p.* FROM p JOIN f a ON a.id = p.left_id JOIN f b ON b.id = p.right_id

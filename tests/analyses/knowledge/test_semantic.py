@@ -224,6 +224,34 @@ def test_the_same_input_gives_the_same_output():
     assert first[0].equals(second[0]) and first[1].equals(second[1])
 
 
+def test_texts_parsed_on_an_earlier_night_give_what_parsing_gives(tmp_path, monkeypatch):
+    """With a cache root each distinct text is parsed once across nights; the result is the parse's."""
+    from engram_pipelines.analyses.knowledge import texts
+
+    world = eight_sources_world()
+    parsed: list[str] = []
+    parse = texts.text_facts
+    monkeypatch.setattr(texts, "text_facts", lambda contents: (parsed.extend(contents), parse(contents))[1])
+
+    def cached() -> tuple[pa.Table, pa.Table]:
+        result = semantic_extraction(
+            world.memories(),
+            world.links_table(),
+            world.pairs(),
+            world.vectors(),
+            Config(),
+            AS_OF,
+            cache_root=tmp_path,
+        )
+        return result.table, result.intents
+
+    plain, first = run(world), cached()
+    assert parsed and first[0].equals(plain[0]) and first[1].equals(plain[1])
+    parsed.clear()
+    second = cached()
+    assert parsed == [] and second[0].equals(plain[0]) and second[1].equals(plain[1])
+
+
 def test_nothing_crosses_a_namespace():
     rows = three_close(("c1", "c2", "c3"))
     rows += [
