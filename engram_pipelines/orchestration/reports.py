@@ -1,12 +1,13 @@
 """Reports: the health report of each run, as Markdown on the asset's page and as a file."""
 
 import dagster as dg
+import pyarrow.compute as pc
 
-from engram_pipelines.changes.registry import registered_change_set
+from engram_pipelines.changes.registry import read_changes, registered_change_set
 from engram_pipelines.orchestration.changes import _job, applied_changes
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
-from engram_pipelines.orchestration.resources import StoreResource, WarehouseResource
-from engram_pipelines.reports.health import COUNTED_COLUMNS, HealthReport, live_counts, snapshot_counts
+from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
+from engram_pipelines.reports.health import COUNTED_COLUMNS, HealthReport, counts_after_apply, snapshot_counts
 
 
 @dg.asset(
@@ -16,28 +17,36 @@ from engram_pipelines.reports.health import COUNTED_COLUMNS, HealthReport, live_
     kinds={"duckdb"},
     owners=["team:data-platform"],
     description=(
-        "The health report (seed 004): per namespace, counts before (the snapshot) and after (the live store "
-        "once the auto changes are applied) by tier, kind, zone, superseded, stale and contradicted; the "
+        "The health report (seed 004): per namespace, counts before (the snapshot) and after (the snapshot with "
+        "the memories the applied changes touched read again from the store) by tier, kind, zone, superseded, "
+        "stale and contradicted; the "
         "run's change sets and apply outcome; recommendations. Written to reports/ as Markdown and JSON."
     ),
 )
 def health_report(
-    context: dg.AssetExecutionContext, store: StoreResource, warehouse: WarehouseResource
+    context: dg.AssetExecutionContext,
+    store: StoreResource,
+    warehouse: WarehouseResource,
+    engram_config: EngramConfigResource,
 ) -> dg.MaterializeResult:
     wh = warehouse.get()
     as_of = as_of_date(context)
     pointer = wh.read_run_pointer(as_of, _job(context))
+    config = engram_config.for_run(wh)
+    snapshot = wh.read_table("memories", as_of, columns=["id", *COUNTED_COLUMNS])
     with store.open() as live:
-        changes, applied = {}, {}
+        changes, applied, touched = {}, {}, []
         for klass, change_set_id in pointer.items():
             record = registered_change_set(live, change_set_id)
             changes[klass] = {"change_set_id": change_set_id, "status": record.status, **record.counts}
             if "apply" in record.counts:
                 applied[klass] = record.counts["apply"]
+                targets = read_changes(record, ["target_kind", "target_id"])
+                touched += targets.filter(pc.equal(targets["target_kind"], "memory"))["target_id"].to_pylist()
         report = HealthReport(
             as_of=as_of,
-            before=snapshot_counts(wh.read_table("memories", as_of, columns=COUNTED_COLUMNS)),
-            after=live_counts(live),
+            before=snapshot_counts(snapshot.drop_columns(["id"])),
+            after=counts_after_apply(live, snapshot, touched, embedding_dim=config.snapshot.embedding_dim),
             changes=changes,
             applied=applied,
         )
