@@ -84,6 +84,8 @@ QA_CATEGORIES = (1, 2, 4)  # multi-hop, temporal, single-hop
 MERGEABLE = frozenset({"DUP", "A_IN_B", "B_IN_A"})
 CORPORA = ("facts", "turns")
 LABELS = REPO / "bench" / "quality_real_labels" / "semantic_nodes.tsv"
+# Our own labelled fact pairs (ids and two annotators' labels; README there), beside the 102 LoCoMo's dev half has.
+OUR_PAIRS = REPO / "bench" / "quality_real_labels" / "labelled_pairs.tsv"
 LABEL_VALUES = ("KNOWLEDGE", "CHITCHAT")
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")  # "D8:6; D9:17" and "D:11:26" occur in the QA evidence
 
@@ -123,8 +125,9 @@ class LabelledPair:
 class Locomo:
     conversations: list[dict[str, Any]]
     observations: list[dict[str, Any]]
-    pairs: list[LabelledPair]
+    pairs: list[LabelledPair]  # the dev half's labelled pairs
     questions: list[Question]
+    our_pairs: list[LabelledPair] = field(default_factory=list)  # OUR_PAIRS
 
 
 def coarse(label: str) -> str:
@@ -151,7 +154,15 @@ def load_locomo(root: Path) -> Locomo:
         for q in c["qa"]
         if q["category"] in QA_CATEGORIES
     ]
-    return Locomo(conversations, observations, pairs, [q for q in questions if q.evidence])
+    return Locomo(
+        conversations, observations, pairs, [q for q in questions if q.evidence], read_our_pairs(OUR_PAIRS)
+    )
+
+
+def read_our_pairs(path: Path) -> list[LabelledPair]:
+    """`a_id<TAB>b_id<TAB>label_1<TAB>label_2` lines; `#` lines are comments."""
+    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return [LabelledPair(*line.split("\t")) for line in lines]
 
 
 def evidence_ids(evidence: Sequence[str]) -> frozenset[str]:
@@ -705,6 +716,8 @@ class CorpusResult:
     final_state: dict[str, int]
     merges: dict[str, Any]
     contradictions: dict[str, Any]
+    merges_all: dict[str, Any]  # over the dev half's labelled pairs and ours together
+    contradictions_all: dict[str, Any]
     semantic: dict[str, Any]
     qa_before: dict[str, Any]
     qa_after: dict[str, Any]
@@ -759,6 +772,9 @@ def run_corpus(
         )
         merges = merge_metrics(con, pairs, imported)
         contradictions = contradiction_metrics(con, pairs, imported)
+        ours = pairs + data.our_pairs if corpus == "facts" else []
+        merges_all = merge_metrics(con, ours, imported)
+        contradictions_all = contradiction_metrics(con, ours, imported)
         semantic = semantic_metrics(nodes, labels, imported, sample_size)
     with steps.step(f"{corpus}: QA evidence recall@{TOP_K} before and after"):
         holders = evidence_memories(corpus, data)
@@ -791,6 +807,8 @@ def run_corpus(
         final_state=state,
         merges=merges,
         contradictions=contradictions,
+        merges_all=merges_all,
+        contradictions_all=contradictions_all,
         semantic=semantic,
         qa_before=qa_before,
         qa_after=qa_after,
@@ -811,6 +829,7 @@ def fmt(value: Any) -> str:
 
 def print_result(r: CorpusResult) -> None:
     m, c, s, b, a = r.merges, r.contradictions, r.semantic, r.qa_before, r.qa_after
+    ma, ca = r.merges_all, r.contradictions_all
     print(f"\n## {r.corpus}: {r.memories:,} memories, as of {r.as_of}\n")
     print("| measure | value |")
     print("|---|---:|")
@@ -836,6 +855,17 @@ def print_result(r: CorpusResult) -> None:
             f"{fmt(c['precision'])} ({c['flagged_gold_pairs']})",
         ),
         ("contradiction recall of gold CONFLICT", f"{fmt(c['recall'])} (of {c['gold_conflicts']})"),
+        *(
+            (f"{name}, with our labelled pairs ({ma['gold_pairs']} agreed)", value)
+            for name, value in (
+                ("merge precision", f"{fmt(ma['precision'])} ({ma['merged_gold_pairs']})"),
+                ("merge nothing lost", f"{fmt(ma['nothing_lost'])} ({ma['nothing_lost_of']})"),
+                ("merge recall of mergeable pairs", f"{fmt(ma['recall'])} (of {ma['gold_mergeable']})"),
+                ("contradiction precision", f"{fmt(ca['precision'])} ({ca['flagged_gold_pairs']})"),
+                ("contradiction recall of CONFLICT", f"{fmt(ca['recall'])} (of {ca['gold_conflicts']})"),
+            )
+            if ma["gold_pairs"]
+        ),
         ("semantic nodes (visible)", f"{s['nodes']} ({s['visible_nodes']})"),
         ("semantic nodes per 1,000 memories", s["nodes_per_1000"]),
         ("sources per node (mean)", fmt(s["sources_per_node"])),
@@ -874,11 +904,11 @@ def print_result(r: CorpusResult) -> None:
     print("second night: " + ", ".join(f"{k} {v['changes']}" for k, v in sets.items()))
     for source, ops in r.second_night["by_source_op"].items():
         print(f"  {source}: " + ", ".join(f"{op} {n}" for op, n in ops.items()))
-    if m["wrong"]:
+    if ma.get("wrong"):
         print(
-            "wrong merges (labelled): "
+            "wrong merges (labelled, ours included): "
             + ", ".join(
-                f"{w['a_id']}/{w['b_id']} hid {w['hidden']} {'/'.join(w['labels'])}" for w in m["wrong"]
+                f"{w['a_id']}/{w['b_id']} hid {w['hidden']} {'/'.join(w['labels'])}" for w in ma["wrong"]
             )
         )
     print("contradiction pairs by rule: " + ", ".join(f"{k} {v}" for k, v in c["by_rule"].items()))

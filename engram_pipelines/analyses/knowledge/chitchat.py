@@ -22,14 +22,8 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from pathlib import Path
-from typing import Any
 
-import yaml
-
-from engram_pipelines.analyses.merges.containment import memory_terms, stem
-
-WORDS_PATH = Path(__file__).resolve().parents[2] / "data" / "chitchat_words.yaml"
+from engram_pipelines.analyses.merges.containment import base, memory_terms, word_lists
 
 _SPEAKER = re.compile(r"^\s*[A-Z][\w'.\-]*(?:\s+[A-Z][\w'.\-]*){0,2}\s*:\s+")
 _SENTENCE = re.compile(r"[^.!?]+[.!?]*")
@@ -78,32 +72,23 @@ def _reports_a_conversation_act(text: str) -> bool:
     tokens = _TOKEN.findall(text)
     acts = _conversation_acts()
     for position in range(1, min(4, len(tokens))):
-        if stem(tokens[position]).removesuffix("e") in acts:
+        if base(tokens[position]) in acts:
             return any(t[:1].isupper() for t in tokens[position + 1 : position + 4] if t.lower() not in _SKIP)
     return False
 
 
 @cache
-def _word_lists() -> dict[str, Any]:
-    return yaml.safe_load(WORDS_PATH.read_text())
-
-
-@cache
 def _conversation_acts() -> frozenset[str]:
-    return frozenset(map(_base, _word_lists()["conversation_acts"].split()))
+    return frozenset(map(base, word_lists()["conversation_acts"].split()))
 
 
 @cache
 def _vocabulary() -> tuple[tuple[int, int], frozenset[str], frozenset[str]]:
     """((min content words of a statement, of an utterance's sentence), every listed word, the contractions),
-    words as `_base` forms, from the shipped lists."""
-    data = _word_lists()
+    words as `base` forms, from the shipped lists."""
+    data = word_lists()
     words = [w for group in ("pleasantries", "generic", "contractions") for w in data[group].split()]
     contractions = data["contractions"].split()
     minimum = (int(data["min_content_words"]), int(data["min_content_words_in_utterance"]))
-    return minimum, frozenset(map(_base, words)), frozenset(map(_base, contractions))
+    return minimum, frozenset(map(base, words)), frozenset(map(base, contractions))
 
-
-def _base(word: str) -> str:
-    """`containment.stem` without a final "e": "appreciate", "appreciates" and "appreciated" meet."""
-    return stem(word).removesuffix("e")

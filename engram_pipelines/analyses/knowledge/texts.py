@@ -33,7 +33,7 @@ def text_facts(contents: Sequence[str]) -> pa.Table:
 
 @cache
 def _parsers() -> str:
-    return files_digest([chitchat.__file__, containment.__file__, str(chitchat.WORDS_PATH)])
+    return files_digest([chitchat.__file__, containment.__file__, str(containment.WORDS_PATH)])
 
 
 def cached_text_facts(contents: Sequence[str | None], cache_root: Path | None) -> pa.Table:

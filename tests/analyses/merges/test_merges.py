@@ -136,7 +136,7 @@ def test_collapse_annotates_and_consolidation_unions_tags():
         [
             {"importance": 0.9, "tags": ["a"], "content": "Alice drinks green tea in the morning"},
             {"tags": ["b", "a"], "content": "Alice drinks green tea"},
-            {"tags": ["c"], "content": "Alice drinks green tea mornings"},
+            {"tags": ["c"], "content": "Alice drinks green tea each morning"},
             {"content": "same words", "importance": 0.2},
             {"content": "same words", "importance": 0.7},
         ]
@@ -228,6 +228,28 @@ def test_roles_events_things_and_numbers_that_differ_never_merge():
         assert merged_pairs_of([a, b]) == [], (a, b)
 
 
+def test_a_merge_never_loses_what_happened_or_to_what():
+    """Wrong merges on 317 more labelled LoCoMo pairs (own wording here): word coverage alone hid the row with
+    the concrete detail, an object made, a person contacted, a group joined."""
+    for kept, hidden in [
+        (
+            "Ines signed up for a ceramics class and finds it a creative outlet",
+            "Ines made a bowl in ceramics class",
+        ),
+        ("Ines joined an adoption support group to help her decide", "Ines asked her mentor about adoption"),
+        (
+            "Omar teaches swimming to find balance in his week",
+            "Omar teaches swimming and volunteers at the pool",
+        ),
+        ("Omar values family moments and finds them joyful", "Omar values moments with his kids"),
+    ]:
+        assert merged_pairs_of([kept, hidden]) == [], (kept, hidden)
+    # What a paraphrase may say differently is how someone felt about it.
+    assert merged_pairs_of(
+        ["Ines practises yoga to relax", "Ines practises yoga to relax and feels motivated"]
+    ) == [("m0", "m1")]
+
+
 def test_the_canonical_is_the_member_that_says_everything():
     """The more informative row is kept whatever the seeds' order (the newer, shorter row would win it)."""
     longer = "Caroline is considering a career in counseling and mental health, working with trans people"
@@ -244,10 +266,8 @@ def test_the_canonical_is_the_member_that_says_everything():
 def test_of_two_paraphrases_that_contain_each_other_the_longer_is_kept():
     """Equal content words, each covering the other: the seeds' order (here the newer row) hid the longer,
     more detailed paraphrase on real facts; the longer text is kept, the seeds' order parts only equals."""
-    longer = (
-        "Rosa is researching adoption agencies with the dream of having a family and a loving home for kids"
-    )
-    shorter = "Rosa sees adoption as a way to share her love and a safe loving home for kids"
+    longer = "Rosa is researching adoption agencies, dreaming of a loving home for kids"
+    shorter = "Rosa researches adoption agencies and dreams of a loving home for kids"
     assert is_contained(longer, shorter) and is_contained(shorter, longer)
     memories = snapshot(
         [{"content": longer, "created_at": days_ago(9)}, {"content": shorter, "created_at": days_ago(1)}]
