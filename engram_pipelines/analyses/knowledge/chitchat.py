@@ -91,4 +91,3 @@ def _vocabulary() -> tuple[tuple[int, int], frozenset[str], frozenset[str]]:
     contractions = data["contractions"].split()
     minimum = (int(data["min_content_words"]), int(data["min_content_words_in_utterance"]))
     return minimum, frozenset(map(base, words)), frozenset(map(base, contractions))
-
