@@ -191,7 +191,7 @@ def _apply(
             progress.advance(len(chunk))
         del rows, pending
     progress.finish()
-    _account(store, read_changes(record, ["change_id"]), result)
+    _account(store, result)
     result.seconds = time.perf_counter() - started
     if result.accounted:
         store.update_change_set(
@@ -210,15 +210,15 @@ def _chunks(rows: pa.Table, size: int) -> Iterator[list[dict[str, Any]]]:
         yield rows.slice(start, size).to_pylist()
 
 
-def _account(store: Store, table: pa.Table, result: ApplyResult) -> None:
-    ledger = store.ledger(result.change_set_id)
+def _account(store: Store, result: ApplyResult) -> None:
+    """The set's outcomes from its ledger; a change with no entry is pending (the set is not accounted). Every
+    entry of the ledger under this set's id is one of its changes: the set's file was verified before."""
     outcomes: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
-    for change_id in table.column("change_id").to_pylist():
-        outcome, detail = ledger.get(change_id, ("pending", None))
-        outcomes[outcome] += 1
+    for outcome, detail, count in store.ledger_counts(result.change_set_id):
+        outcomes[outcome] += count
         if outcome == "ineligible":
-            reasons[detail or "unknown"] += 1
+            reasons[detail or "unknown"] += count
     result.applied = outcomes["applied"]
     result.skipped_concurrent_edit = outcomes["skipped_concurrent_edit"]
     result.ineligible = outcomes["ineligible"]

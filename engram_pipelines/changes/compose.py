@@ -10,11 +10,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from engram_pipelines.changes.fold_sql import SQL_TARGETS_SCHEMA, fold_in_sql, sql_fold_targets
 from engram_pipelines.changes.intents import (
@@ -299,29 +301,25 @@ def _finish(parts: list[pa.Table], *, as_of: dt.date, job: str, klass: str) -> p
     )
 
 
-def altered_changes(table: pa.Table) -> list[str]:
-    """Target ids of the changes whose content no longer hashes to their stored `change_id`, and "<set>" when
+def altered_changes(path: str | Path, change_set_id: str) -> list[str]:
+    """Target ids of the stored changes whose content no longer hashes to their `change_id`, and "<set>" when
     the changes no longer hash to the set's id (a change added, dropped or reordered): a stored plan is what
-    gets applied, or nothing is."""
-    recomputed = _address(table.select(_UNADDRESSED.names).cast(_UNADDRESSED))
-    stored = table.sort_by(
-        [("namespace", "ascending"), ("target_kind", "ascending"), ("target_id", "ascending")]
-    )
-    bad = [
-        target
-        for target, mine, theirs in zip(
-            stored["target_id"].to_pylist(),
-            recomputed["change_id"].to_pylist(),
-            stored["change_id"].to_pylist(),
-            strict=True,
-        )
-        if mine != theirs
-    ]
-    digest = hashlib.sha256("".join(table["change_id"].to_pylist()).encode()).hexdigest()[:10]
-    if not (table.schema.metadata or {}).get(b"change_set_id", b"").decode().endswith(digest):
-        bad.append("<set>")
-    return bad
+    gets applied, or nothing is. Hashed by DuckDB as it reads the file (a first night's 3.5M changes were 3.3
+    GB read whole into Arrow first); the set's digest needs only the id column."""
+    columns = ", ".join(f.name for f in _UNADDRESSED)
+    with duck() as con:
+        bad = con.execute(
+            f"SELECT target_id FROM read_parquet(?) WHERE sha256(to_json(struct_pack({columns})))[:24] "
+            "IS DISTINCT FROM change_id ORDER BY namespace, target_kind, target_id",
+            [str(path)],
+        ).fetchall()
+    altered = [row[0] for row in bad]
+    ids = pq.read_table(path, columns=["change_id"])["change_id"].to_pylist()
+    if not change_set_id.endswith(hashlib.sha256("".join(ids).encode()).hexdigest()[:10]):
+        altered.append("<set>")
+    return altered
 
 
-def change_set_id_of(table: pa.Table) -> str:
-    return (table.schema.metadata or {})[b"change_set_id"].decode()
+def change_set_id_of(table: pa.Table | pa.Schema) -> str:
+    schema = table if isinstance(table, pa.Schema) else table.schema
+    return (schema.metadata or {})[b"change_set_id"].decode()

@@ -172,6 +172,16 @@ class ChangeLog(StoreCore):
         )
         return {r[0]: (r[1], r[2]) for r in rows}
 
+    def ledger_counts(self, change_set_id: str) -> list[tuple[str, str | None, int]]:
+        """(outcome, detail, changes) of a change set's ledger, counted by the database: a first night's set at
+        1M memories has 3.5M entries (8.5 s read into Python to be counted)."""
+        rows = self.query(
+            "SELECT outcome, detail, count(*) FROM change_ledger WHERE change_set_id = ? "
+            "GROUP BY outcome, detail ORDER BY outcome, detail",
+            [change_set_id],
+        )
+        return [(r[0], r[1], int(r[2])) for r in rows]
+
     def _record_outcomes(
         self, cur: Any, change_set_id: str, outcomes: Sequence[Outcome], at: dt.datetime
     ) -> None:
