@@ -19,8 +19,8 @@ from engram_pipelines.reports.health import COUNTED_COLUMNS, HealthReport, count
     description=(
         "The health report (seed 004): per namespace, counts before (the snapshot) and after (the snapshot with "
         "the memories the applied changes touched read again from the store) by tier, kind, zone, superseded, "
-        "stale and contradicted; the "
-        "run's change sets and apply outcome; recommendations. Written to reports/ as Markdown and JSON."
+        "stale and contradicted; the run's change sets and apply outcome; recommendations. Written to reports/ "
+        "as Markdown and JSON."
     ),
 )
 def health_report(
