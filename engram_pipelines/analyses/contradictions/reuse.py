@@ -26,7 +26,8 @@ from engram_pipelines.core.duck import duck
 from engram_pipelines.core.sqltext import quoted
 from engram_pipelines.warehouse.tables import read_parquet, write_parquet
 
-CACHE_VERSION = 1
+# 2: the rows' digests are aggregated, not their text (a 1M store's contents were one 1 GB string).
+CACHE_VERSION = 2
 MEMORY_COLUMNS = ["id", "namespace", "content", "created_at", "metadata", "superseded_by", "pinned"]
 
 
@@ -45,14 +46,14 @@ def inputs_fingerprint(memories: pa.Table, pairs: pa.Table, config: Config) -> s
         con.register("p", pairs.select(["left_id", "right_id", "score"]))
         ((rows,),) = con.execute(
             f"""
-            SELECT md5(coalesce(string_agg(concat_ws(chr(31), id, namespace, content, created_at::VARCHAR,
-                {metadata}, coalesce(superseded_by, chr(0)), pinned::VARCHAR), chr(30) ORDER BY id), ''))
+            SELECT md5(coalesce(string_agg(md5(concat_ws(chr(31), id, namespace, content, created_at::VARCHAR,
+                {metadata}, coalesce(superseded_by, chr(0)), pinned::VARCHAR)), '' ORDER BY id), ''))
             FROM m
             """
         ).fetchall()
         ((links,),) = con.execute(
             """
-            SELECT md5(coalesce(string_agg(concat_ws(chr(31), left_id, right_id, score::VARCHAR), chr(30)
+            SELECT md5(coalesce(string_agg(md5(concat_ws(chr(31), left_id, right_id, score::VARCHAR)), ''
                 ORDER BY left_id, right_id), ''))
             FROM p
             """
