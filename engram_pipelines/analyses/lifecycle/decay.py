@@ -375,11 +375,10 @@ class CueCache:
             with duck() as con:
                 con.register("live", pa.concat_tables(pending.live))
                 live = con.sql("SELECT DISTINCT * FROM live").to_arrow_table().cast(_CUE_CACHE_SCHEMA)
-                write_parquet(live, directory / f"part-{uuid.uuid4().hex}.parquet")
-                for (
-                    part
-                ) in pending.parts:  # only after the new part is in place: a reader always finds the rows
-                    part.unlink(missing_ok=True)
+            write_parquet(live, directory / f"part-{uuid.uuid4().hex}.parquet")
+            # Only after the new part is in place: a reader always finds the rows.
+            for part in pending.parts:
+                part.unlink(missing_ok=True)
         elif misses.num_rows:
             # A fresh name per write: concurrent nights never write the same file.
             write_parquet(misses, directory / f"part-{uuid.uuid4().hex}.parquet")
