@@ -7,8 +7,8 @@ making a difference") and swapped roles ("John expressed willingness to help Mar
 willingness to help John"), and hid the more informative row in a third of its merges.
 
 Each memory is reduced once to:
-- `words`: its content words, lowercased and lightly stemmed ("parades" = "parade"), function words and names
-  dropped;
+- `words`: its content words, lowercased and lightly stemmed ("parades" = "parade", "jamming" = "jam"), function
+  words and names dropped;
 - `names`: its capitalised words in order of first appearance (people, places, titles), function words dropped;
 - `subject`: its first word when that is a name (who the sentence is about, or the speaker of a transcript line);
 - `question`: whether it reports or asks a question ("John asked James if ..."): each question is its own event.
@@ -176,13 +176,17 @@ CONTAINMENT_SCHEMA = pa.schema(
 
 
 def stem(word: str) -> str:
-    """Lowercase, without a possessive or one common suffix (only for words of five letters or more)."""
+    """Lowercase, without a possessive or one common suffix (only for words of five letters or more); a consonant
+    doubled before "-ing"/"-ed" is single again, as in the word ("jamming" = "jam"; "falling" = "fall")."""
     word = word.lower().strip("'")
     if word.endswith("'s"):
         word = word[:-2]
     for suffix in _SUFFIXES:
         if len(word) > 4 and word.endswith(suffix):
-            return word[: -len(suffix)]
+            word = word[: -len(suffix)]
+            if suffix in ("ing", "ed") and len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
+                word = word[:-1]
+            return word
     return word
 
 
