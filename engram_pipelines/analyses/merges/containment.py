@@ -162,6 +162,9 @@ _FUNCTION_WORDS = frozenset(
 )
 _QUESTION_WORDS = frozenset({"asked", "asks", "ask", "asking", "inquired", "inquires", "wondered", "wonders"})
 _SUFFIXES = ("ing", "ed", "es", "s", "ly")
+# A final "s" of these is the word's own: "express" and "expresses" meet at "express", "focus" and "focuses" at
+# "focus" (stripped, "express" became "expres" and missed the word lists).
+_KEEP_FINAL_S = ("ss", "us", "is")
 
 CONTAINMENT_SCHEMA = pa.schema(
     [
@@ -182,7 +185,7 @@ def stem(word: str) -> str:
     if word.endswith("'s"):
         word = word[:-2]
     for suffix in _SUFFIXES:
-        if len(word) > 4 and word.endswith(suffix):
+        if len(word) > 4 and word.endswith(suffix) and not (suffix == "s" and word.endswith(_KEEP_FINAL_S)):
             word = word[: -len(suffix)]
             if suffix in ("ing", "ed") and len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
                 word = word[:-1]
