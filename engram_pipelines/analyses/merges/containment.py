@@ -15,8 +15,9 @@ Each memory is reduced once to:
 
 `inner` is contained in `outer` when it has no more content words than outer, at least `min_coverage` of them
 are among outer's, and every one that is not is a generic word (`specific`: the words outside the shipped lists
-of feelings, encouragement and filler, `data/chitchat_words.yaml`): paraphrases may differ in how they say a
-person felt ("feels motivated", "expresses gratitude") but never in what happened or to what. On 389 agreed
+of feelings, encouragement and filler, `data/chitchat_words.yaml`, and a few prepositions of a time span; words
+of order never): paraphrases may differ in how they say a person felt ("feels motivated", "expresses
+gratitude") but never in what happened or to what. On 389 agreed
 labelled LoCoMo pairs (the dev half's 102 and 317 more, `bench/quality_real_labels/`) coverage alone merged
 "... made a plate in pottery class" into "... signed up for a pottery class", "... contacted her mentor" into
 "... attended an advice group", "... spends time with the community" into "... teaches yoga": precision 0.72.
@@ -209,10 +210,23 @@ def _generic() -> frozenset[str]:
     return frozenset(base(w) for group in ("pleasantries", "generic") for w in data[group].split())
 
 
+# Prepositions of a time span, which only link what a sentence says ("an accident during the road trip"): a merge
+# may lose them. They stay content words (chit-chat counts them; dropped there, a knowledge sentence fell below
+# its count). "through", "around", "across" were left out: "swam across the lake" is not "around" it.
+_LINKING_WORDS = frozenset(["dur", "throughout", "amid", "amidst"])  # stems ("during" -> "dur")
+# Words of order, which the generic list holds for chit-chat ("after" as filler) but which a merge may never
+# lose: "went hiking after the wedding" is another time than "before the wedding".
+_ORDER_WORDS = frozenset(["after", "before", "until"])
+
+
 def specific_words(words: Sequence[str]) -> list[str]:
-    """The content words (`memory_terms` stems) that are not generic: what a merge may not lose."""
+    """The content words (`memory_terms` stems) that are neither generic nor linking: what a merge may not lose."""
     generic = _generic()
-    return [w for w in words if w.removesuffix("e") not in generic]
+    return [
+        w
+        for w in words
+        if w in _ORDER_WORDS or (w.removesuffix("e") not in generic and w not in _LINKING_WORDS)
+    ]
 
 
 # Numbers in digits, and in words: "Nate won his fourth tournament" is another event than "won a big tournament".

@@ -258,6 +258,14 @@ def test_a_merge_never_loses_what_happened_or_to_what():
     assert merged_pairs_of(["Ines practises yoga to unwind", "Ines practises yoga to relax"]) == [
         ("m1", "m0")
     ]
+    # A preposition of a time span links; a word of order is when it happened.
+    assert merged_pairs_of(
+        [
+            "Ines went on a road trip with her family which started with an accident involving her son",
+            "Ines's son had an accident during the road trip",
+        ]
+    ) == [("m1", "m0")]
+    assert merged_pairs_of(["Tom went hiking before the wedding", "Tom went hiking after the wedding"]) == []
 
 
 def test_other_members_of_one_kind_are_never_the_same_thing():
