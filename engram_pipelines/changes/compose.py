@@ -94,19 +94,36 @@ def compose(
     job: str,
     sql_fold: bool = True,
 ) -> dict[str, pa.Table]:
-    """review class -> change table (possibly empty), change_set_id filled in.
+    """review class -> change table (possibly empty), change_set_id filled in (`compose_ranges` of the
+    intents' namespace ranges). `sql_fold=False` folds every memory change in Python (the reference the SQL
+    fold is tested against)."""
+    return compose_ranges(namespace_ranges(intents), memories, as_of=as_of, at=at, job=job, sql_fold=sql_fold)
 
-    Composed one range of namespaces at a time (namespaces are independent; the ranges follow the set's sort
-    order, so their addressed parts concatenate into the same table one piece would give). Each range's intents
-    are let go once composed: a caller that keeps no reference to `intents` frees them as the changes grow (a
-    first night at 1M memories: 1.6 GB of intents beside 3.2 GB of changes at the end).
-    `sql_fold=False` folds every memory change in Python (the reference the SQL fold is tested against)."""
-    memories = memories.drop_columns([c for c in ("embedding",) if c in memories.column_names])
-    ranges = [
+
+def namespace_ranges(intents: pa.Table) -> list[pa.Table]:
+    """The intents in ranges of consecutive namespaces (in sort order) of about RANGE_INTENTS each, each range
+    a table of its own: once the caller lets `intents` go, a range's memory is freed as it is composed."""
+    return [
         intents.filter(pc.is_in(intents["namespace"], value_set=pa.array(names, pa.string())))
         for names in _namespace_ranges(intents["namespace"], RANGE_INTENTS)
     ]
-    del intents
+
+
+def compose_ranges(
+    ranges: list[pa.Table],
+    memories: pa.Table,
+    *,
+    as_of: dt.date,
+    at: dt.datetime,
+    job: str,
+    sql_fold: bool = True,
+) -> dict[str, pa.Table]:
+    """`compose` of `namespace_ranges`, emptying `ranges` as it goes. Namespaces are independent and the
+    ranges follow the set's sort order, so their addressed parts concatenate into the same table one piece
+    would give. A caller holding no other reference to the intents frees each range once it is composed (a
+    first night at 1M memories: 1.6 GB of intents beside 3.2 GB of changes at the end; passed as one table,
+    the caller's own reference kept them all to the end)."""
+    memories = memories.drop_columns([c for c in ("embedding",) if c in memories.column_names])
     parts: dict[str, list[pa.Table]] = {klass: [] for klass in REVIEW_CLASSES}
     while ranges:
         for klass, changes in _compose_range(ranges.pop(0), memories, at, sql_fold).items():

@@ -14,7 +14,9 @@ no ceiling). Nothing is dropped: approving the held set applies exactly what the
 from __future__ import annotations
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engram_pipelines.config.model import ReviewConfig
 from engram_pipelines.core.duck import duck
@@ -29,14 +31,17 @@ def hold_for_review(
     """(`intents` with the held ones in the `held` class, what was held: one entry per namespace, or one for
     the whole night when the ceiling was passed, each with a `message`)."""
     with duck() as con:
-        con.register("i", intents)
+        # A row number, not a copy (the columns are shared): the held rows are found by it.
+        con.register(
+            "i", intents.append_column("_row", pa.array(np.arange(intents.num_rows, dtype=np.int64)))
+        )
         con.register("m", memories.select(["id", "namespace", "zone", "superseded_by"]))
         ceiling = review.max_auto_changes
         auto = con.sql("SELECT count(*) FROM i WHERE review_class = 'auto'").fetchall()[0][0]
         if ceiling and auto > ceiling:
             message = f"night would make {auto:,} changes (more than review.max_auto_changes, {ceiling:,}): held for review"
             held = [{"namespace": "*", "changes": auto, "ceiling": ceiling, "message": message}]
-            return _held(con, "review_class = 'auto'", message, intents.schema), held
+            return _held(con, intents, "review_class = 'auto'", message), held
         rows = con.sql(
             f"""
             WITH visible AS (
@@ -76,13 +81,15 @@ def hold_for_review(
             f"review_class = 'auto' AND {HIDING} AND i.namespace IN (SELECT namespace FROM held) "
             "AND i.target_id IN (SELECT id FROM m WHERE zone = 'active' AND superseded_by IS NULL)"
         )
-        return _held(con, where, None, intents.schema), held
+        return _held(con, intents, where, None), held
 
 
-def _held(con: duckdb.DuckDBPyConnection, where: str, message: str | None, schema: pa.Schema) -> pa.Table:
-    """Table `i` with the rows matching `where` moved to the `held` class, their reason extended. The other auto
-    intents of a held intent's cluster go with it (a merge's `duplicate-of` link and the canonical's annotation):
-    left behind, they landed while the merge waited, and every later run proposed them again."""
+def _held(con: duckdb.DuckDBPyConnection, intents: pa.Table, where: str, message: str | None) -> pa.Table:
+    """`intents` (table `i`) with the rows matching `where` moved to the `held` class, their reason extended.
+    The other auto intents of a held intent's cluster go with it (a merge's `duplicate-of` link and the
+    canonical's annotation): left behind, they landed while the merge waited, and every later run proposed them
+    again. Only the two columns are made anew, the others are shared (a first night at 1M: 1.6 GB of intents,
+    copied whole through DuckDB before)."""
     where = (
         f"(({where}) OR (i.review_class = 'auto' AND i.cluster_id IN "
         f"(SELECT i.cluster_id FROM i WHERE {where} AND i.cluster_id IS NOT NULL)))"
@@ -92,16 +99,14 @@ def _held(con: duckdb.DuckDBPyConnection, where: str, message: str | None, schem
         if message is not None
         else "(SELECT h.message FROM held h WHERE h.namespace = i.namespace)"
     )
-    return (
-        con.sql(
-            f"""
-        SELECT i.* REPLACE (
-            CASE WHEN {where} THEN 'held' ELSE i.review_class END AS review_class,
-            CASE WHEN {where} THEN i.reason || ' [' || {note} || ']' ELSE i.reason END AS reason
-        )
-        FROM i
-        """
-        )
-        .to_arrow_table()
-        .cast(schema)
-    )
+    held = con.sql(
+        f"SELECT i._row, i.reason || ' [' || {note} || ']' AS reason FROM i WHERE {where} ORDER BY i._row"
+    ).to_arrow_table()
+    # Each intent's held reason, NULL where it stays: `take` of the held rows at their positions.
+    position = np.full(intents.num_rows, -1, dtype=np.int64)
+    position[held["_row"].to_numpy()] = np.arange(held.num_rows)
+    held_reason = held["reason"].take(pa.array(position, mask=position < 0))
+    review_class = pc.if_else(pc.is_valid(held_reason), pa.scalar("held"), intents["review_class"])
+    reason = pc.coalesce(held_reason, intents["reason"])
+    out = intents.set_column(intents.schema.get_field_index("review_class"), "review_class", review_class)
+    return out.set_column(out.schema.get_field_index("reason"), "reason", reason).cast(intents.schema)

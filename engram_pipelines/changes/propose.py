@@ -7,7 +7,7 @@ import datetime as dt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.changes.compose import SNAPSHOT_COLUMNS, compose
+from engram_pipelines.changes.compose import SNAPSHOT_COLUMNS, compose_ranges, namespace_ranges
 from engram_pipelines.changes.guard import hold_for_review
 from engram_pipelines.changes.intents import INTENT_SCHEMA
 from engram_pipelines.changes.registry import store_change_set
@@ -36,9 +36,10 @@ def propose_change_sets(
         # The consolidate job proposes what waits for review; the auto class is the nightly's to apply (a
         # consolidate's auto set was left proposed forever).
         intents = intents.filter(pc.not_equal(intents["review_class"], "auto"))
-    # The intents are passed, not kept: compose lets each range of them go once it is composed.
-    sets = compose(intents, memories, as_of=as_of, at=end_of_day(as_of), job=job)
+    # Split, then let go: compose frees each range of the intents once it is composed.
+    ranges = namespace_ranges(intents)
     del intents
+    sets = compose_ranges(ranges, memories, as_of=as_of, at=end_of_day(as_of), job=job)
     now = utc_now()
     return {
         klass: (
@@ -73,9 +74,11 @@ def guarded_intents(
 
 
 def proposed_intents(warehouse: Warehouse, as_of: dt.date, sources: list[str], config: Config) -> pa.Table:
-    """Every analysis's proposals, each through its switch (`switches.switched_intents`)."""
+    """Every analysis's proposals, each through its switch (`switches.switched_intents`), read one source at a
+    time (all read first, then switched, a first night at 1M held its 1.6 GB of intents twice)."""
     tables = [
         switched_intents(config, source, table.cast(INTENT_SCHEMA))
-        for source, table in warehouse.read_proposals(as_of, sources).items()
+        for source in sources
+        if (table := warehouse.read_proposal(as_of, source)) is not None
     ]
     return pa.concat_tables(tables) if tables else INTENT_SCHEMA.empty_table()

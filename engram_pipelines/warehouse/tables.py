@@ -264,12 +264,12 @@ class Warehouse:
 
     def read_proposals(self, as_of: dt.date, sources: list[str]) -> dict[str, pa.Table]:
         """source -> its intents, for the sources that wrote proposals for this partition."""
-        directory = self.partition_dir("proposals", as_of)
-        return {
-            s: pq.read_table(directory / f"{s}.parquet")
-            for s in sources
-            if (directory / f"{s}.parquet").exists()
-        }
+        return {s: table for s in sources if (table := self.read_proposal(as_of, s)) is not None}
+
+    def read_proposal(self, as_of: dt.date, source: str) -> pa.Table | None:
+        """One source's intents for this partition (None when it wrote none)."""
+        path = self.partition_dir("proposals", as_of) / f"{source}.parquet"
+        return pq.read_table(path) if path.exists() else None
 
     def write_run_pointer(self, as_of: dt.date, job: str, value: dict[str, str]) -> None:
         """Which change sets a job produced for a partition (read by the apply step)."""

@@ -165,14 +165,10 @@ def test_a_backfilled_day_proposes_what_the_nightly_proposes(tmp_path: Path):
     assert replayed["duplicates"] == 1  # the deploy twins, and nothing of Ana's
     history = Warehouse(tmp_path / "history")
     for name in OUTPUT_TABLES:
-        nightly = wh.read_proposals(AS_OF, [name])[name].sort_by(
-            [("target_id", "ascending"), ("op", "ascending")]
-        )
-        again = history.read_proposals(AS_OF, [name])[name].sort_by(
-            [("target_id", "ascending"), ("op", "ascending")]
-        )
+        nightly = wh.read_proposal(AS_OF, name).sort_by([("target_id", "ascending"), ("op", "ascending")])
+        again = history.read_proposal(AS_OF, name).sort_by([("target_id", "ascending"), ("op", "ascending")])
         assert again.equals(nightly), name
-    ops = {name: set(wh.read_proposals(AS_OF, [name])[name]["op"].to_pylist()) for name in OUTPUT_TABLES}
+    ops = {name: set(wh.read_proposal(AS_OF, name)["op"].to_pylist()) for name in OUTPUT_TABLES}
     # Every step of the chain had something to propose.
     assert {"mark_stale"} <= ops["decay_scores"] and ops["promotions"] and {"move_zone"} <= ops["retention"]
     assert {"flag_contradiction"} <= ops["contradictions"] and {"supersede"} <= ops["duplicates"]
