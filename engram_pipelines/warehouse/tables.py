@@ -262,10 +262,6 @@ class Warehouse:
     def _runs_dir(self, as_of: dt.date) -> Path:
         return self.root / "runs" / f"as_of={as_of.isoformat()}"  # shared: the CLI finds every job's sets
 
-    def read_proposals(self, as_of: dt.date, sources: list[str]) -> dict[str, pa.Table]:
-        """source -> its intents, for the sources that wrote proposals for this partition."""
-        return {s: table for s in sources if (table := self.read_proposal(as_of, s)) is not None}
-
     def read_proposal(self, as_of: dt.date, source: str) -> pa.Table | None:
         """One source's intents for this partition (None when it wrote none)."""
         path = self.partition_dir("proposals", as_of) / f"{source}.parquet"

@@ -17,8 +17,8 @@ Each memory is reduced once to:
 are among outer's, and every one that is not is a generic word (`specific`: the words outside the shipped lists
 of feelings, encouragement and filler, `data/chitchat_words.yaml`, and a few prepositions of a time span; words
 of order never): paraphrases may differ in how they say a person felt ("feels motivated", "expresses
-gratitude") but never in what happened or to what. On 389 agreed
-labelled LoCoMo pairs (the dev half's 102 and 317 more, `bench/quality_real_labels/`) coverage alone merged
+gratitude") but never in what happened or to what. On 389 agreed labelled LoCoMo pairs (the dev half's 102 and
+317 more, `bench/quality_real_labels/`) coverage alone merged
 "... made a plate in pottery class" into "... signed up for a pottery class", "... contacted her mentor" into
 "... attended an advice group", "... spends time with the community" into "... teaches yoga": precision 0.72.
 Every name of inner is in outer in the same order, both have the same subject, and neither is a question (unless
