@@ -7,8 +7,9 @@ Each step of a case runs in a child process of its own (so its peak memory is it
 corpus of N memories with 384-d vectors (four big namespaces plus many small ones above 20k rows) loaded, then
 the full nightly job (snapshot, every analysis, change set, apply of the auto class, health report) for the as-of date;
 then the nightly of the next day (no agent wrote anything, but the first night's apply created rows: semantic
-facts, merged rows, summaries, which this night embeds and compares), and of the day after (nothing new at all),
-which shows what the incremental path costs. Per-stage seconds come from Dagster's step events.
+facts, merged rows, summaries, which this night embeds and compares), of the day after (nothing new at all),
+which shows what the incremental path costs, and of the day after that, once agents edited or read 1% of the
+rows (`--changed-share`). Per-stage seconds come from Dagster's step events.
 
 Each later night also runs, in the same run, as a full recompute (`execution.reuse: false`: a full read of the
 store, every analysis from scratch) on a copy of the store and warehouse as that night found them; the two must
@@ -29,10 +30,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CLI = str(ROOT / ".venv" / "bin" / "engram-pipelines")
-AS_OF = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=2)  # the last night is today: a valid partition
+AS_OF = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=3)  # the last night is today: a valid partition
 
 
 def run_cli(args: list[str], env: dict[str, str]) -> tuple[dict, float, float]:
@@ -76,7 +79,7 @@ class Copies:
 
 
 def one_case(
-    n: int, copies: Copies, later_nights: bool = True, text: bool = False
+    n: int, copies: Copies, later_nights: bool = True, text: bool = False, changed_share: float = 0.01
 ) -> list[dict[str, object]]:
     env = _env(copies.url, copies.work)
     # The corpus is loaded by a child of its own, so that the first night's peak is the night's.
@@ -89,9 +92,14 @@ def one_case(
     full_config = copies.work.parent / f"{copies.work.name}-full.yaml"
     full_config.write_text("execution:\n  reuse: false\n")
     # The second night embeds and compares what the first night's apply created (semantic facts, merged rows,
-    # summaries); the third has nothing new at all: the incremental path alone.
-    for day, label in ((1, "second night (the first's new rows)"), (2, "quiet third night")):
+    # summaries); the third has nothing new at all: the incremental path alone; before the fourth, agents edit
+    # and read `changed_share` of the rows.
+    nights = ((1, "second night (the first's new rows)"), (2, "quiet third night"))
+    nights += ((3, f"fourth night ({changed_share:.0%} of rows written by agents)"),)
+    for day, label in nights:
         as_of = (AS_OF + dt.timedelta(days=day)).isoformat()
+        if day == 3:
+            _agents_write(copies.url, changed_share)
         url, target = copies.take("full")
         full, full_wall, full_peak = run_cli(
             ["run", "--as-of", as_of], {**_env(url, target), "ENGRAM_CONFIG": str(full_config)}
@@ -116,6 +124,25 @@ with open_store(os.environ["ENGRAM_STORE_URL"], migrate=True) as store:
     load_demo(store, size=int(sys.argv[1]), seed=7, as_of=dt.date.fromisoformat(sys.argv[2]),
               vectors=sys.argv[3] != "True")
 """
+
+
+def _agents_write(url: str, share: float) -> None:
+    """Agents' writes between two nights: `share` of all rows, evenly spread over the visible ones by id; every
+    other one edited (new text: embedded again), the rest read (access count and time)."""
+    from engram_pipelines.store import open_store
+
+    with open_store(url) as store:
+        total = store.count("memories")
+        rows = store.query(
+            "SELECT id, version, content FROM memories WHERE zone = 'active' AND superseded_by IS NULL ORDER BY id"
+        )
+        count = min(len(rows), round(share * total))
+        for k, index in enumerate(np.linspace(0, len(rows) - 1, count).round().astype(int)):
+            memory_id, version, content = rows[index]
+            if k % 2:
+                store.record_access(memory_id)
+            else:
+                store.update_memory(memory_id, int(version), content=f"{content} Updated by the agent.")
 
 
 def _env(url: str, work: Path) -> dict[str, str]:
@@ -180,6 +207,12 @@ def main() -> None:
         action="store_true",
         help="no vectors given: the first night embeds every text (real sentences)",
     )
+    parser.add_argument(
+        "--changed-share",
+        type=float,
+        default=0.01,
+        help="share of the rows agents edit or read before the fourth night (default 0.01)",
+    )
     args = parser.parse_args()
     os.environ["ENGRAM_EXECUTOR"] = args.executor
     if args.shards is not None:
@@ -208,7 +241,13 @@ def main() -> None:
                     else server.create_database(f"nightly_{n}")
                 )
                 copies = Copies(url, work, server)
-                for row in one_case(n, copies, later_nights=not args.first_night_only, text=args.text):
+                for row in one_case(
+                    n,
+                    copies,
+                    later_nights=not args.first_night_only,
+                    text=args.text,
+                    changed_share=args.changed_share,
+                ):
                     steps = ", ".join(
                         f"{k} {v:.1f}s" for k, v in sorted(row.pop("steps").items(), key=lambda kv: -kv[1])
                     )
