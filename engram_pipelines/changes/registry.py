@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 
 from engram_pipelines.changes.compose import CHANGE_SCHEMA, altered_changes, change_set_id_of
 from engram_pipelines.store import ChangeSetRecord, Store
-from engram_pipelines.warehouse.tables import Warehouse, write_parquet
+from engram_pipelines.warehouse.parquet import write_parquet
+from engram_pipelines.warehouse.tables import Warehouse
 
 
 class ChangeSetNotFound(LookupError):

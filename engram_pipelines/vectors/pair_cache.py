@@ -21,7 +21,7 @@ from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress
 from engram_pipelines.vectors.pairs import PAIR_SCHEMA, vector_pairs
 from engram_pipelines.warehouse.content_cache import discard_unreadable
-from engram_pipelines.warehouse.tables import write_parquet
+from engram_pipelines.warehouse.parquet import write_parquet
 
 FINGERPRINTS = pa.schema([pa.field("namespace", pa.string()), pa.field("fingerprint", pa.string())])
 

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from engram_pipelines.core.digests import content_sha
 from engram_pipelines.core.duck import duck
-from engram_pipelines.warehouse.tables import write_parquet
+from engram_pipelines.warehouse.parquet import write_parquet
 
 _log = logging.getLogger(__name__)
 

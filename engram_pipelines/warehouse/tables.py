@@ -3,6 +3,7 @@
 Layout (hive-style partitions, so DuckDB and any Parquet reader see `as_of` as a column):
 
     <warehouse>/<table>/as_of=YYYY-MM-DD/part-0.parquet
+    <warehouse>/memories/as_of=YYYY-MM-DD/{base,delta,dropped}.parquet   (an incremental snapshot: layers.py)
     <warehouse>/change_sets/<change_set_id>.parquet
     <warehouse>/reports/as_of=YYYY-MM-DD/...
 """
@@ -21,13 +22,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engram_pipelines.core.records import MEMORY_COLUMNS
 from engram_pipelines.core.registry import NAMES
+from engram_pipelines.core.sqltext import quoted
+from engram_pipelines.warehouse.layers import (
+    BASE,
+    DELTA,
+    DROPPED,
+    DROPPED_SCHEMA,
+    Layers,
+    layered_view_sql,
+    read_layered,
+)
+from engram_pipelines.warehouse.parquet import codecs, read_parquet, write_parquet
 from engram_pipelines.warehouse.shards import namespaces_in_shard
 
 # Tables written per as-of partition, each a directory under the warehouse.
@@ -42,103 +53,15 @@ PARTITIONED_TABLES = (
 )
 
 
-def _is_vector(field: pa.Field) -> bool:
-    kind = field.type
-    return (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind)) and pa.types.is_floating(
-        kind.value_type
-    )
+PART = "part-0.parquet"  # a plain partition's one file
 
 
-def _leaf_paths(schema: pa.Schema) -> list[str]:
-    """Parquet's column paths (`ops.list.element` for a list `ops`): per-column options name leaves, and a
-    nested column named only by its field gets the writer's default (no compression)."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(schema.empty_table(), sink)
-    return [column.path for column in pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema]
-
-
-def _codecs(schema: pa.Schema) -> dict[str, object]:
-    """zstd and dictionaries for every column but float vectors: embeddings barely compress (1.42 GB zstd vs
-    1.54 GB plain at 1M x 384) and zstd and the dictionary attempt made their write ~1.7x and read ~1.6x slower."""
-    vectors = {f.name for f in schema if _is_vector(f)}
-    if not vectors:
-        return {"compression": "zstd"}
-    leaves = {path: path.split(".")[0] in vectors for path in _leaf_paths(schema)}
-    return {
-        "compression": {path: "none" if vector else "zstd" for path, vector in leaves.items()},
-        "use_dictionary": [path for path, vector in leaves.items() if not vector],
-    }
-
-
-def read_parquet(
-    path: Path, columns: list[str] | None = None, namespaces: list[str] | None = None
-) -> pa.Table:
-    """The file's rows (those of `namespaces` only, when given) and `columns` (all when None).
-
-    A file with a float vector column is streamed batch by batch without pre-buffering, each batch's vectors
-    copied into one array as they come: `pq.read_table` decodes a 1M x 384 column through buffers several
-    times its size (peak 6.1 GB and 14.5 s for a 1.6 GB table; streamed: about 2 GB and 4 s). The vector column
-    comes back as one chunk, so its readers get a numpy view of it without another copy."""
-    file = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
-    schema = file.schema_arrow
-    wanted = columns if columns is not None else schema.names
-    vectors = [
-        name for name in wanted if _is_vector(f := schema.field(name)) and pa.types.is_fixed_size_list(f.type)
-    ]
-    if not vectors:
-        filters = [("namespace", "in", namespaces)] if namespaces is not None else None
-        return pq.read_table(path, columns=columns, filters=filters)
-    read = wanted if namespaces is None or "namespace" in wanted else [*wanted, "namespace"]
-    chosen = pa.array(namespaces or [], pa.string())
-    chunks: dict[str, list[pa.Array]] = {name: [] for name in wanted if name not in vectors}
-    gathered = {name: _VectorGather(schema.field(name).type, file.metadata.num_rows) for name in vectors}
-    for batch in file.iter_batches(batch_size=65_536, columns=read):
-        if namespaces is not None:
-            batch = batch.filter(pc.is_in(batch["namespace"], chosen))
-        for name, parts in chunks.items():
-            parts.append(batch[name])
-        for name, gather in gathered.items():
-            gather.add(batch[name])
-    out = pa.schema([schema.field(name) for name in wanted], metadata=schema.metadata)
-    return pa.table(
-        [
-            gathered[f.name].array() if f.name in gathered else pa.chunked_array(chunks[f.name], f.type)
-            for f in out
-        ],
-        schema=out,
-    )
-
-
-class _VectorGather:
-    """One float vector column assembled from batches into a single array (values and validity)."""
-
-    def __init__(self, kind: pa.DataType, capacity: int) -> None:
-        self.kind, self.size, self.rows = kind, kind.list_size, 0
-        # Untouched pages of np.empty are never resident: room for every row costs only what is filled.
-        self.values = np.empty(capacity * max(self.size, 1), dtype=kind.value_type.to_pandas_dtype())
-        self.valid: list[np.ndarray] = []
-
-    def add(self, column: pa.Array) -> None:
-        n = len(column)
-        flat = column.values.slice(column.offset * self.size, n * self.size)
-        self.values[self.rows * self.size : (self.rows + n) * self.size] = flat.to_numpy(zero_copy_only=False)
-        self.valid.append(column.is_valid().to_numpy(zero_copy_only=False))
-        self.rows += n
-
-    def array(self) -> pa.Array:
-        valid = np.concatenate(self.valid) if self.valid else np.ones(0, dtype=bool)
-        values = pa.array(self.values[: self.rows * self.size])
-        mask = None if valid.all() else pa.array(~valid)
-        return pa.FixedSizeListArray.from_arrays(values, type=self.kind, mask=mask)
-
-
-def write_parquet(table: pa.Table, path: Path, **options: object) -> Path:
-    """Write `table` to `path` whole or not at all: aside first, then renamed over (a reader never sees half)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_suffix(".tmp")
-    pq.write_table(table, staging, **{**_codecs(table.schema), **options})
-    staging.rename(path)
-    return path
+def _link(source: Path, target: Path) -> None:
+    """`target` as the same file as `source` (a hard link; a copy on another file system or without links)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 @dataclass(frozen=True)
@@ -168,7 +91,8 @@ class Warehouse:
         return self.tables_root / table / f"as_of={as_of.isoformat()}"
 
     def table_path(self, table: str, as_of: dt.date) -> Path:
-        return self.partition_dir(table, as_of) / "part-0.parquet"
+        """The file of a plain partition (a layered one has `layers` instead)."""
+        return self.partition_dir(table, as_of) / PART
 
     def change_set_path(self, change_set_id: str) -> Path:
         return self.root / "change_sets" / f"{change_set_id}.parquet"
@@ -180,40 +104,51 @@ class Warehouse:
 
     @contextmanager
     def _replacing(self, table: str, as_of: dt.date) -> Iterator[Path]:
-        """The path to write one partition's part at; the partition is replaced by it (renamed into place)
-        only when the block ends without an error, so a reader never sees half of one."""
+        """The directory to write one partition's files in; the partition is replaced by it (renamed into
+        place) only when the block ends without an error, so a reader never sees half of one."""
         final = self.partition_dir(table, as_of)
         staging = final.with_name(final.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        yield staging / "part-0.parquet"
+        yield staging
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
 
     def write_table(self, table: str, as_of: dt.date, data: pa.Table) -> Path:
         """Replace one partition of a table atomically (write aside, then rename)."""
-        with self._replacing(table, as_of) as part:
-            pq.write_table(data, part, **_codecs(data.schema))
+        with self._replacing(table, as_of) as staging:
+            pq.write_table(data, staging / PART, **codecs(data.schema))
         return self.table_path(table, as_of)
 
-    def link_partition(self, table: str, source: dt.date, as_of: dt.date) -> Path:
-        """`as_of`'s partition of `table` as the same file as `source`'s (a hard link, a copy across devices):
-        partitions are replaced whole and never edited in place, so they can share a file."""
+    def layers(self, table: str, as_of: dt.date) -> Layers | None:
+        """The partition's layers when it is layered (see `layers.py`), else None."""
+        return Layers.of(self.partition_dir(table, as_of))
+
+    def write_layers(
+        self, table: str, as_of: dt.date, base: Path, delta: pa.Table, dropped: pa.Array
+    ) -> None:
+        """Replace one partition with a layered one: `base` (an earlier partition's file, linked), the `delta`
+        rows (in id order) and the `dropped` ids of base rows it no longer holds."""
+        with self._replacing(table, as_of) as staging:
+            _link(base, staging / BASE)
+            pq.write_table(delta, staging / DELTA, **codecs(delta.schema))
+            pq.write_table(pa.table([dropped], schema=DROPPED_SCHEMA), staging / DROPPED)
+
+    def link_partition(self, table: str, source: dt.date, as_of: dt.date) -> None:
+        """`as_of`'s partition of `table` as the same files as `source`'s (hard links, copies across devices):
+        partitions are replaced whole and never edited in place, so they can share files."""
         if source == as_of:
-            return self.table_path(table, as_of)
-        with self._replacing(table, as_of) as part:
-            try:
-                os.link(self.table_path(table, source), part)
-            except OSError:
-                shutil.copyfile(self.table_path(table, source), part)
-        return self.table_path(table, as_of)
+            return
+        with self._replacing(table, as_of) as staging:
+            for path in sorted(self.partition_dir(table, source).glob("*.parquet")):
+                _link(path, staging / path.name)
 
     @contextmanager
     def partition_writer(self, table: str, as_of: dt.date, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
         """Stream record batches into one partition; it appears (atomically) only when the writer closes."""
         with (
-            self._replacing(table, as_of) as part,
-            pq.ParquetWriter(part, schema, **_codecs(schema)) as writer,
+            self._replacing(table, as_of) as staging,
+            pq.ParquetWriter(staging / PART, schema, **codecs(schema)) as writer,
         ):
             yield writer
 
@@ -248,11 +183,8 @@ class Warehouse:
         paths = self._shard_paths(table, as_of, shards)
         if len(paths) > 1:
             return self.write_table(table, as_of, self.read_shards(table, as_of, shards))
-        with self._replacing(table, as_of) as part:
-            try:
-                os.link(paths[0], part)
-            except OSError:  # another file system (or no hard links there): copy it
-                shutil.copyfile(paths[0], part)
+        with self._replacing(table, as_of) as staging:
+            _link(paths[0], staging / PART)
         return self.table_path(table, as_of)
 
     def write_proposals(self, source: str, as_of: dt.date, intents: pa.Table) -> Path:
@@ -288,12 +220,20 @@ class Warehouse:
         return self.read_table("memories", as_of, columns=MEMORY_COLUMNS)
 
     def read_table(self, table: str, as_of: dt.date, columns: list[str] | None = None) -> pa.Table:
+        return self._read(table, as_of, columns)
+
+    def _read(
+        self, table: str, as_of: dt.date, columns: list[str] | None, namespaces: list[str] | None = None
+    ) -> pa.Table:
+        layers = self.layers(table, as_of)
+        if layers is not None:
+            return read_layered(layers, columns, namespaces)
         path = self.table_path(table, as_of)
         if not path.exists():
             raise FileNotFoundError(
                 f"no {table} partition for {as_of} under {self.root} (materialise the snapshot for that date first)"
             )
-        return read_parquet(path, columns)
+        return read_parquet(path, columns, namespaces)
 
     def read_shard(
         self, table: str, as_of: dt.date, shard: int, shards: int, columns: list[str] | None = None
@@ -303,21 +243,26 @@ class Warehouse:
             return self.read_table(table, as_of, columns)
         present = pc.unique(self.read_table(table, as_of, ["namespace"])["namespace"]).to_pylist()
         chosen = namespaces_in_shard(present, shard, shards) or [""]  # [""]: no namespace is empty (schema)
-        return read_parquet(self.table_path(table, as_of), columns, chosen)
+        return self._read(table, as_of, columns, chosen)
 
     def has_table(self, table: str, as_of: dt.date) -> bool:
-        return self.table_path(table, as_of).exists()
+        return self.table_path(table, as_of).exists() or self.layers(table, as_of) is not None
 
     def connect(self, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with one view per warehouse table (all partitions, `as_of` as a column)."""
         con = duckdb.connect(database)
         for table in PARTITIONED_TABLES:
-            if any((self.root / table).glob("as_of=*/*.parquet")):
-                pattern = (self.root / table / "as_of=*" / "*.parquet").as_posix()
-                con.execute(
-                    f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet('{pattern}', "
-                    "hive_partitioning = true, union_by_name = true)"
+            partitions = sorted(p for p in (self.root / table).glob("as_of=*") if not p.name.endswith(".tmp"))
+            layered = [layers for p in partitions if (layers := Layers.of(p)) is not None]
+            plain = [f.as_posix() for p in partitions if Layers.of(p) is None for f in p.glob("*.parquet")]
+            parts = [layered_view_sql(layers) for layers in layered]
+            if plain:
+                files = ", ".join(quoted(p) for p in plain)
+                parts.append(
+                    f"SELECT * FROM read_parquet([{files}], hive_partitioning = true, union_by_name = true)"
                 )
+            if parts:
+                con.execute(f"CREATE OR REPLACE VIEW {table} AS {' UNION ALL BY NAME '.join(parts)}")
         if any((self.root / "change_sets").glob("*.parquet")):
             pattern = (self.root / "change_sets" / "*.parquet").as_posix()
             con.execute(

@@ -192,3 +192,33 @@ def test_a_full_read_when_the_base_cannot_be_trusted(store, tmp_path):
     busy = take_snapshot(store, warehouse, next_day + dt.timedelta(days=1))
     assert busy.mode == "full" and "5 of 10 memories changed" in busy.full_reason
     assert busy.memories == 10
+
+
+def test_incremental_nights_write_layers_until_the_rows_written_since_outgrow_them(store, tmp_path):
+    """Each incremental night keeps the last full read's file and writes only the rows written since; once those
+    pass FULL_READ_SHARE of the store, one full read writes a plain partition again."""
+    import datetime as dt
+
+    from engram_pipelines.warehouse.tables import Warehouse
+
+    store.insert_memories([memory(i) for i in range(10)])
+    warehouse, full = Warehouse(tmp_path / "wh"), Warehouse(tmp_path / "full")
+    take_snapshot(store, warehouse, AS_OF)
+    for night, edited in enumerate(("m1", "m2"), start=1):
+        store.update_memory(edited, 1, content=f"{edited} says something new")
+        day = AS_OF + dt.timedelta(days=night)
+        assert take_snapshot(store, warehouse, day).mode == "incremental"
+        take_snapshot(store, full, day, incremental=False)
+        layers = warehouse.layers("memories", day)
+        assert layers is not None and layers.base.samefile(warehouse.table_path("memories", AS_OF))
+        assert _partition(warehouse, "memories", day).equals(_partition(full, "memories", day))
+    store.update_memory("m3", 1, content="m3 says something new")
+    store.update_memory("m4", 1, content="m4 says something new")
+    day = AS_OF + dt.timedelta(days=3)
+    third = take_snapshot(store, warehouse, day)
+    assert (
+        third.mode == "full" and "4 of 10 memories were written since the last full read" in third.full_reason
+    )
+    assert warehouse.layers("memories", day) is None
+    take_snapshot(store, full, day, incremental=False)
+    assert _partition(warehouse, "memories", day).equals(_partition(full, "memories", day))

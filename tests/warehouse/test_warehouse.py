@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from engram_pipelines.warehouse.tables import Warehouse, read_parquet
+from engram_pipelines.warehouse.parquet import read_parquet
+from engram_pipelines.warehouse.tables import Warehouse
 
 
 def test_vectors_are_written_plain_and_everything_else_with_zstd(tmp_path):
@@ -53,3 +54,54 @@ def test_a_vector_table_is_read_in_batches_with_its_columns_rows_and_metadata(tm
     assert plain.equals(
         pq.read_table(path, columns=["id", "namespace"], filters=[("namespace", "in", ["b"])])
     )
+
+
+def _rows(ids: list[int], salt: float) -> pa.Table:
+    """Memories-like rows: id, namespace, content and a vector (every fifth one missing)."""
+    values = np.array([[i + salt, -i - salt] for i in ids], dtype=np.float32).reshape(-1)
+    return pa.table(
+        {
+            "id": [f"m{i:06d}" for i in ids],
+            "namespace": [f"ns{i % 7}" for i in ids],
+            "content": [f"row {i} {salt}" for i in ids],
+            "vector": pa.FixedSizeListArray.from_arrays(
+                pa.array(values, pa.float32()), 2, mask=pa.array([i % 5 == 0 for i in ids])
+            ),
+        }
+    )
+
+
+def test_a_layered_partition_reads_as_the_plain_one_it_stands_for(tmp_path):
+    """Base file, delta and dropped ids: every reader (whole, columns, a namespace shard, the DuckDB view) sees
+    the rows in id order as one plain partition of the same rows."""
+    day1, day2, day3 = dt.date(2026, 11, 28), dt.date(2026, 11, 29), dt.date(2026, 11, 30)
+    wh = Warehouse(tmp_path)
+    base = _rows(list(range(0, 150_000, 2)), 0.0)  # more than one streamed batch
+    wh.write_table("memories", day1, base)
+    changed, gone, new = [4, 70_000, 149_998], [6, 80_000], [1, 99_999, 200_001]
+    delta = _rows(sorted(changed + new), 0.5)
+    dropped = pa.array([f"m{i:06d}" for i in sorted(changed + gone)])
+    wh.write_layers("memories", day2, wh.table_path("memories", day1), delta, dropped)
+    keep = pa.compute.invert(pa.compute.is_in(base["id"], value_set=dropped))
+    expected = pa.concat_tables([base.filter(keep), delta]).sort_by("id")
+
+    assert wh.layers("memories", day2) is not None and wh.has_table("memories", day2)
+    whole = wh.read_table("memories", day2)
+    assert whole.equals(expected)
+    assert whole["vector"].num_chunks == 1 and whole["vector"].null_count == expected["vector"].null_count
+    assert wh.read_table("memories", day2, ["vector", "id"]).equals(expected.select(["vector", "id"]))
+    shards = [wh.read_shard("memories", day2, shard, 3, ["id", "vector"]) for shard in range(3)]
+    assert pa.concat_tables(shards).sort_by("id").equals(expected.select(["id", "vector"]))
+    assert sum(shard.num_rows > 0 for shard in shards) > 1
+    with wh.connect() as con:
+        viewed = con.sql(
+            f"SELECT id, content FROM memories WHERE as_of = '{day2}' ORDER BY id"
+        ).to_arrow_table()
+        assert viewed.equals(expected.select(["id", "content"]))
+        assert con.execute("SELECT count(*) FROM memories").fetchall() == [
+            (base.num_rows + expected.num_rows,)
+        ]
+    # A quiet next day links the three files: still the first day's base file.
+    wh.link_partition("memories", day2, day3)
+    assert wh.read_table("memories", day3).equals(expected)
+    assert wh.layers("memories", day3).base.stat().st_ino == wh.table_path("memories", day1).stat().st_ino

@@ -29,7 +29,7 @@ from engram_pipelines.changes.intents import intents_from_sql
 from engram_pipelines.config.model import Config, DecayConfig
 from engram_pipelines.core.duck import duck
 from engram_pipelines.core.sqltext import quoted
-from engram_pipelines.warehouse.tables import write_parquet
+from engram_pipelines.warehouse.parquet import write_parquet
 
 # Policy, outcome and reason take a handful of values over millions of rows: dictionary-encoded, they are
 # built from the query's small integer codes without a string per row (read back as strings by DuckDB).

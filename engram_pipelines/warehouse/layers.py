@@ -1,0 +1,143 @@
+"""Layered partitions: an earlier partition's file, the rows written since, and the ids it no longer holds.
+
+An incremental snapshot that rewrote the whole memories partition for the rows a night changed spent most of
+its time decoding and encoding rows that had not changed (41 s of a 135 s quiet night at 1M memories, for
+17k rows the previous night's apply touched). A layered partition instead holds
+
+    base.parquet     an earlier full partition's file, hard-linked (never edited: partitions are replaced whole)
+    delta.parquet    the rows new or changed since that file was read, in id order
+    dropped.parquet  the ids of base rows that are gone or changed (one `id` column)
+
+and reads as one table in id order: the base's rows that are not dropped with the delta's merged in, equal to
+the partition a full read writes. The next incremental snapshot keeps the same base and writes a new delta;
+a full read (weekly by default, or when the changes since outgrow `FULL_READ_SHARE`) writes a plain file again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from engram_pipelines.core.sqltext import quoted
+from engram_pipelines.warehouse.parquet import is_vector
+
+BASE, DELTA, DROPPED = "base.parquet", "delta.parquet", "dropped.parquet"
+DROPPED_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False)])
+
+
+@dataclass(frozen=True)
+class Layers:
+    base: Path
+    delta: Path
+    dropped: Path
+
+    @classmethod
+    def of(cls, directory: Path) -> Layers | None:
+        """The layers of the partition in `directory`, or None when it is a plain file (or missing)."""
+        if not (directory / BASE).exists():
+            return None
+        return cls(directory / BASE, directory / DELTA, directory / DROPPED)
+
+    @property
+    def files(self) -> tuple[Path, Path, Path]:
+        return self.base, self.delta, self.dropped
+
+
+def _kept(path: Path, namespaces: pa.Array | None, dropped: pa.Array | None) -> tuple[pa.Array, pa.Array]:
+    """(the file's rows to keep as a boolean mask, their ids)."""
+    table = pq.read_table(path, columns=["id"] if namespaces is None else ["id", "namespace"])
+    keep = pa.array(np.ones(table.num_rows, dtype=bool))
+    if dropped is not None and len(dropped):
+        keep = pc.invert(pc.is_in(table["id"], value_set=dropped)).combine_chunks()
+    if namespaces is not None:
+        keep = pc.and_(keep, pc.is_in(table["namespace"], value_set=namespaces)).combine_chunks()
+    return keep, table["id"].filter(keep).combine_chunks()
+
+
+def read_layered(
+    layers: Layers, columns: list[str] | None = None, namespaces: list[str] | None = None
+) -> pa.Table:
+    """The partition's rows (of `namespaces` only, when given) and `columns` (all when None), in id order.
+
+    Float vectors are scattered into one array as they stream from the files, as `read_parquet` gathers them:
+    a take over the assembled column would hold 1M x 384 floats twice."""
+    schema = pq.read_schema(layers.base)
+    wanted = columns if columns is not None else schema.names
+    chosen = None if namespaces is None else pa.array(namespaces, pa.string())
+    dropped = pq.read_table(layers.dropped)["id"].combine_chunks()
+    base_keep, base_ids = _kept(layers.base, chosen, dropped)
+    delta_keep, delta_ids = _kept(layers.delta, chosen, None)
+    # The two are each in id order; one sort of their ids (nearly sorted: 60 ms at 1M) gives the merged order.
+    order = pc.sort_indices(pa.chunked_array([base_ids, delta_ids], pa.string())).to_numpy()
+    vectors = [n for n in wanted if is_vector(f := schema.field(n)) and pa.types.is_fixed_size_list(f.type)]
+    plain = [n for n in wanted if n not in vectors]
+    merged: dict[str, pa.ChunkedArray | pa.Array] = {}
+    if plain:
+        rows = pa.concat_tables(
+            [
+                pq.read_table(layers.base, columns=plain).filter(base_keep),
+                pq.read_table(layers.delta, columns=plain).filter(delta_keep).cast(_fields(schema, plain)),
+            ]
+        ).take(order)
+        merged.update({name: rows[name] for name in plain})
+    if vectors:
+        at = np.empty(len(order), dtype=np.int64)
+        at[order] = np.arange(len(order))  # where each source row (base kept, then delta) lands
+        sources = [
+            (layers.base, base_keep, at[: len(base_ids)]),
+            (layers.delta, delta_keep, at[len(base_ids) :]),
+        ]
+        for name in vectors:
+            merged[name] = _scattered(sources, name, schema.field(name).type, len(order))
+    out = pa.schema([schema.field(name) for name in wanted], metadata=schema.metadata)
+    return pa.table([merged[f.name] for f in out], schema=out)
+
+
+def _fields(schema: pa.Schema, names: list[str]) -> pa.Schema:
+    return pa.schema([schema.field(name) for name in names])
+
+
+def _scattered(
+    sources: list[tuple[Path, pa.Array, np.ndarray]], name: str, kind: pa.FixedSizeListType, rows: int
+) -> pa.Array:
+    """One fixed-size float vector column of `rows` rows, each source's kept rows written at their places."""
+    size = kind.list_size
+    values = np.empty((rows, size), dtype=kind.value_type.to_pandas_dtype())
+    valid = np.ones(rows, dtype=bool)
+    for path, keep, at in sources:
+        keep_np = keep.to_numpy(zero_copy_only=False)
+        start = taken = 0
+        for batch in pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20).iter_batches(
+            batch_size=65_536, columns=[name]
+        ):
+            column = batch.column(0)
+            mask = keep_np[start : start + len(column)]
+            start += len(column)
+            n = int(mask.sum())
+            if not n:
+                continue
+            flat = column.values.slice(column.offset * size, len(column) * size).to_numpy(
+                zero_copy_only=False
+            )
+            places = at[taken : taken + n]
+            values[places] = flat.reshape(len(column), size)[mask]
+            valid[places] = column.is_valid().to_numpy(zero_copy_only=False)[mask]
+            taken += n
+    mask = None if valid.all() else pa.array(~valid)
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), type=kind, mask=mask)
+
+
+def layered_view_sql(layers: Layers) -> str:
+    """A DuckDB query of the partition's rows (hive columns from the path), for the warehouse's views."""
+    base, delta, dropped = (quoted(p.as_posix()) for p in layers.files)
+    options = "hive_partitioning = true, union_by_name = true"
+    return (
+        f"SELECT * FROM read_parquet({base}, {options}) "
+        f"WHERE id NOT IN (SELECT id FROM read_parquet({dropped})) "
+        f"UNION ALL BY NAME SELECT * FROM read_parquet({delta}, {options})"
+    )
