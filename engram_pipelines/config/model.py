@@ -379,7 +379,7 @@ class ExecutionConfig(_Section):
     reuse: bool = True
     """Carry last night's work over where its inputs did not change: the snapshot reads only changed rows
     (`snapshot.incremental`), vector pairs are compared again only in namespaces whose vectors moved, and the
-    contradictions are reused whole when their inputs are last night's. false recomputes every analysis from a
+    contradictions are computed again only in namespaces whose inputs moved. false recomputes every analysis from a
     full read of the store: the reference the incremental nights are held equal to (bench/nightly.py times both).
     Vectors and parsed sentences are still looked up by content: they depend on nothing else."""
     shards: int | None = Field(None, ge=1, le=256)

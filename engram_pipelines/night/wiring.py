@@ -15,6 +15,7 @@ import datetime as dt
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engram_pipelines.analyses.contradictions.policy import ContradictionResult, find_contradictions
 from engram_pipelines.analyses.contradictions.reuse import contradictions_reusing
@@ -55,9 +56,11 @@ def contradictions_for_day(
     memories: pa.Table, pairs: pa.Table, config: Config, *, cache_root: Path | None = None
 ) -> ContradictionResult:
     """With `cache_root` (the warehouse): parsed features by content hash, and (`execution.reuse`) the whole
-    result when its inputs are last night's (`analyses/contradictions/reuse.py`)."""
+    result of each namespace whose inputs are last night's (`analyses/contradictions/reuse.py`)."""
     if cache_root is None or not config.execution.reuse:
-        return find_contradictions(memories, pairs, config, cache_root=cache_root)
+        result = find_contradictions(memories, pairs, config, cache_root=cache_root)
+        result.figures.update({"reused": False, "namespaces_computed": len(pc.unique(memories["namespace"]))})
+        return result
     return contradictions_reusing(memories, pairs, config, cache_root=cache_root)
 
 

@@ -46,8 +46,21 @@ CONTRADICTION_SCHEMA = pa.schema(
 )
 
 
+# Candidates per namespace and source: what a night that reuses some namespaces' results adds up.
+CANDIDATE_COUNTS = pa.schema(
+    [
+        pa.field("namespace", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("count", pa.int64(), nullable=False),
+    ]
+)
+# The table's order, whichever namespaces were computed tonight: one row per pair.
+TABLE_ORDER = [("namespace", "ascending"), ("left_id", "ascending"), ("right_id", "ascending")]
+
+
 @dataclass(kw_only=True)
 class ContradictionResult(AnalysisResult):
+    candidate_counts: pa.Table = field(default_factory=CANDIDATE_COUNTS.empty_table)
     candidates_by_source: dict[str, int] = field(default_factory=dict)
     found_by_source: dict[str, int] = field(default_factory=dict)
     by_rule: dict[str, int] = field(default_factory=dict)
@@ -102,12 +115,23 @@ def find_contradictions(
     candidates = _candidates(memories, pairs, features, rules, config)
     found = detect(candidates, features, rules) if candidates.num_rows else None
     table = (
-        found.select([f.name for f in CONTRADICTION_SCHEMA]).cast(CONTRADICTION_SCHEMA)
+        found.select([f.name for f in CONTRADICTION_SCHEMA]).cast(CONTRADICTION_SCHEMA).sort_by(TABLE_ORDER)
         if found is not None
         else CONTRADICTION_SCHEMA.empty_table()
     )
-    result = ContradictionResult(table=table, intents=_intents(table, memories, config))
-    result.candidates_by_source = _count_sources(candidates["sources"].to_pylist())
+    return contradiction_result(table, _intents(table, memories, config), _candidate_counts(candidates))
+
+
+def contradiction_result(
+    table: pa.Table, intents: pa.Table, candidate_counts: pa.Table
+) -> ContradictionResult:
+    """The result of these rows, with its figures (counted here, so a result put together from namespaces
+    computed on different nights counts as one computed whole)."""
+    result = ContradictionResult(table=table, intents=intents, candidate_counts=candidate_counts)
+    by_source: Counter[str] = Counter()
+    for row in candidate_counts.to_pylist():
+        by_source[row["source"]] += row["count"]
+    result.candidates_by_source = dict(sorted(by_source.items()))
     result.found_by_source = _count_sources(table["sources"].to_pylist())
     result.by_rule = dict(Counter(table["rule"].to_pylist()).most_common())
     for row in table.to_pylist():
@@ -115,6 +139,19 @@ def find_contradictions(
         if len(bucket) < 5:
             bucket.append({"older": row["older_id"], "newer": row["newer_id"], "reason": row["reason"]})
     return result
+
+
+def _candidate_counts(candidates: pa.Table) -> pa.Table:
+    with duck() as con:
+        con.register("c", candidates.select(["namespace", "sources"]))
+        counted = con.sql(
+            """
+            SELECT namespace, source, count(*) AS count
+            FROM (SELECT namespace, unnest(string_split(sources, ',')) AS source FROM c)
+            GROUP BY ALL ORDER BY ALL
+            """
+        ).to_arrow_table()
+    return counted.cast(CANDIDATE_COUNTS)
 
 
 def _count_sources(values: list[str]) -> dict[str, int]:

@@ -132,3 +132,35 @@ def test_a_stale_mark_does_not_recompute_but_an_explicit_link_does(tmp_path):
     assert result.figures["reused"] is False and ("m4", "m5") in {
         (r["older_id"], r["newer_id"]) for r in result.table.to_pylist()
     }
+
+
+def test_a_namespace_whose_inputs_moved_is_computed_again_and_the_others_are_reused(tmp_path):
+    """Per namespace: an edit in ns2 recomputes ns2 only, and the result put together equals a computation of
+    every namespace (table, intents and figures); a new namespace is computed, one that went is left out."""
+    from engram_pipelines.analyses.contradictions.reuse import contradictions_reusing
+
+    def columns(rows) -> pa.Table:
+        return snapshot(rows).select(
+            ["id", "namespace", "content", "created_at", "metadata", "superseded_by", "pinned"]
+        )
+
+    base = [*MEMORIES, {"content": "Alice lives in Oslo", "namespace": "ns2", "created_at": days_ago(9)}]
+    pairs = _pairs([("m2", "m3", 0.9), ("m4", "m5", 0.93)])
+    contradictions_reusing(columns(base), pairs, Config(), cache_root=tmp_path)
+    edited = [dict(r) for r in base]
+    edited[9]["content"] = "Alice lives in Madrid"
+    third = [*edited, {"content": "Bob lives in Lima", "namespace": "ns3", "created_at": days_ago(2)}]
+    for rows, computed in ((edited, 1), (third, 1), (edited, 0)):
+        memories = columns(rows)
+        result = contradictions_reusing(memories, pairs, Config(), cache_root=tmp_path)
+        scratch = find_contradictions(memories, pairs, Config())
+        assert result.figures["namespaces_computed"] == computed
+        assert result.figures["reused"] is (computed == 0)
+        assert result.table.equals(scratch.table) and result.intents.equals(scratch.intents)
+        assert (result.by_rule, result.samples, result.candidates_by_source, result.found_by_source) == (
+            scratch.by_rule,
+            scratch.samples,
+            scratch.candidates_by_source,
+            scratch.found_by_source,
+        )
+    assert any(r["namespace"] == "ns2" for r in result.table.to_pylist()), "ns2's pair was found"
