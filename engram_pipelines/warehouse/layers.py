@@ -78,12 +78,19 @@ def read_layered(
     plain = [n for n in wanted if n not in vectors]
     merged: dict[str, pa.ChunkedArray | pa.Array] = {}
     if plain:
-        rows = pa.concat_tables(
+        # One take straight from the two files' rows (no filtered copy first: at 1M memories each copy of the
+        # text columns is hundreds of MB), in batches of the plain read's size for the readers downstream.
+        base = pq.read_table(layers.base, columns=plain)
+        rows_of = np.concatenate(
             [
-                pq.read_table(layers.base, columns=plain).filter(base_keep),
-                pq.read_table(layers.delta, columns=plain).filter(delta_keep).cast(_fields(schema, plain)),
+                np.flatnonzero(base_keep.to_numpy(zero_copy_only=False)),
+                base.num_rows + np.flatnonzero(delta_keep.to_numpy(zero_copy_only=False)),
             ]
-        ).take(order)
+        )
+        delta = pq.read_table(layers.delta, columns=plain).cast(_fields(schema, plain))
+        rows = pa.concat_tables([base, delta]).take(rows_of[order])
+        del base, delta
+        rows = pa.Table.from_batches(rows.to_batches(max_chunksize=65_536), schema=rows.schema)
         merged.update({name: rows[name] for name in plain})
     if vectors:
         at = np.empty(len(order), dtype=np.int64)
