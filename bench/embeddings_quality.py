@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--spec", default=None, help="embedder spec: 'minilm' (default) or 'module:attribute'"
+        "--spec", default=None, help="embedder spec: 'minilm' (default), 'minilm-l3' or 'module:attribute'"
     )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)

@@ -14,6 +14,6 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "installing engram-pipelines and its dependencies into .venv (a few minutes the first time)"
   quiet_pip .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip wheel
-  quiet_pip .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+  quiet_pip .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench,fast]'
   echo "$want" > "$stamp"
 fi

