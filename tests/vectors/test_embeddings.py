@@ -179,7 +179,9 @@ def test_the_faster_packaged_model_is_an_option_of_its_own_name(minilm: MiniLMEm
     """`minilm-l3`: paraphrase-MiniLM-L3-v2, offline, on the default's tokenizer; unit vectors that depend on
     their text only, cut at its 128 tokens, and a space of its own (its name is stored with every vector)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(socket.socket, "connect", lambda *a, **k: pytest.fail("the L3 model opened a connection"))
+        patch.setattr(
+            socket.socket, "connect", lambda *a, **k: pytest.fail("the L3 model opened a connection")
+        )
         fast = load_embedder("minilm-l3")
         texts = ["The cat sits on the mat", "A cat is sitting on a mat", "Stock markets fell sharply"]
         vectors = fast.embed(texts)
