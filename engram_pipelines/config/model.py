@@ -255,7 +255,7 @@ class EmbeddingsConfig(_Section):
     """Which embedder fills in missing vectors (docs/embeddings.md)."""
 
     embedder: str = "minilm"
-    """minilm (offline all-MiniLM-L6-v2 int8), minilm-l3 (offline paraphrase-MiniLM-L3-v2: about 1.8x faster,
+    """minilm (offline all-MiniLM-L6-v2 int8), minilm-l3 (offline paraphrase-MiniLM-L3-v2: about 2x faster,
     same STS-B score, the `fast` extra; docs/embeddings.md) or package.module:attribute for your own. It embeds
     the rows without a current stored vector; vectors of two models are never compared."""
     batch_size: int = Field(64, ge=1)

