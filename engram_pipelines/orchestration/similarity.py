@@ -28,6 +28,7 @@ from engram_pipelines.orchestration.resources import EngramConfigResource, Wareh
 from engram_pipelines.orchestration.shards import combine_op, shard_ops
 from engram_pipelines.reports.plots import cluster_sizes, markdown_image, similarity_histogram
 from engram_pipelines.vectors.comparable import VECTOR_INPUT_COLUMNS, partition_vectors
+from engram_pipelines.vectors.embedding_layers import write_embeddings
 from engram_pipelines.vectors.embeddings import load_embedder
 from engram_pipelines.vectors.pair_cache import cached_vector_pairs
 from engram_pipelines.vectors.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs
@@ -58,8 +59,13 @@ _PAIRS_LINEAGE: Lineage = {
 def _embed_shard(
     context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shard: int, shards: int
 ) -> None:
-    memories = wh.read_shard("memories", as_of, shard, shards, columns=VECTOR_INPUT_COLUMNS)
     embedder = load_embedder(config.embeddings.embedder)
+    if shards == 1 and config.execution.reuse:
+        # One part: over a layered snapshot, only the rows written since its base need vectors.
+        stats, rows = write_embeddings(wh, as_of, embedder, progress=LogProgress(context.log))
+        context.log.info(f"{rows} vectors; found tonight {stats.as_dict()}")
+        return
+    memories = wh.read_shard("memories", as_of, shard, shards, columns=VECTOR_INPUT_COLUMNS)
     table, stats = partition_vectors(memories, embedder, wh.root, progress=LogProgress(context.log))
     wh.write_shard("embeddings", as_of, shard, shards, table)
     context.log.info(f"shard {shard}/{shards}: {memories.num_rows} memories, vectors {stats.as_dict()}")
@@ -68,13 +74,23 @@ def _embed_shard(
 def _combine_embeddings(
     context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shards: int
 ) -> dict[str, Any]:
-    path = wh.combine_shards("embeddings", as_of, shards)
-    table = pq.read_table(path, columns=["source", "model"])  # the vectors are not needed for the counts
+    if shards > 1 or wh.shard_path("embeddings", as_of, 0, 1).exists():
+        wh.combine_shards("embeddings", as_of, shards)
+    # else the one shard wrote the partition as layers (`write_embeddings`)
+    table = wh.read_table(
+        "embeddings", as_of, ["source", "model"]
+    )  # the vectors are not needed for the counts
+    layers = wh.layers("embeddings", as_of)
     embedder_name = config.embeddings.embedder
     sources = value_counts(table, "source")
     return {
-        **standard(pq.read_schema(path), table.num_rows),
+        **standard(
+            pq.read_schema(layers.base if layers else wh.table_path("embeddings", as_of)), table.num_rows
+        ),
         "dagster/column_lineage": column_lineage(_EMBEDDINGS_LINEAGE),
+        # Layered: the vectors of the rows written since the snapshot's base were found tonight, the others
+        # (and their `source`) on the night that base was read.
+        "layered": layers is not None,
         "stored": sources.get("stored", 0),
         "embedded": sources.get("embedded", 0),
         "cached": sources.get("cached", 0),

@@ -42,6 +42,18 @@ class VectorStats:
     excluded: int = 0
     models: dict[str, int] | None = None
 
+    def plus(self, other: VectorStats) -> VectorStats:
+        models = dict(self.models or {})
+        for model, count in (other.models or {}).items():
+            models[model] = models.get(model, 0) + count
+        return VectorStats(
+            self.stored + other.stored,
+            self.cached + other.cached,
+            self.embedded + other.embedded,
+            self.excluded + other.excluded,
+            models,
+        )
+
     def as_dict(self) -> dict[str, object]:
         return {
             "stored": self.stored,
@@ -110,7 +122,9 @@ def _row_flags(memories: pa.Table) -> pa.Table:
 def partition_vectors(
     memories: pa.Table, embedder: Embedder, warehouse_root: Path, *, progress: Progress | None = None
 ) -> tuple[pa.Table, VectorStats]:
-    """(id, namespace, model, source, vector) for every comparable memory of the snapshot, and counts.
+    """(id, namespace, model, source, vector) for every comparable memory of the snapshot, in the snapshot's
+    order (id order), and counts. The order is the input's whatever each row's source, so the vectors of a
+    layered partition's rows (`embedding_layers.py`) equal those a full recompute finds, row for row.
 
     Stored vectors are passed on without a copy when every row keeps its own (the usual night): at 1M x 384 each
     copy is 1.5 GB of peak memory."""
@@ -122,33 +136,60 @@ def partition_vectors(
     dim = embedder.dim
     if memories.schema.field("embedding").type.list_size != dim:
         current[:] = False  # vectors of another size are re-embedded with the configured model
-    parts: list[pa.Table] = []
-    if current.any():
-        kept = memories if current.all() else memories.filter(pa.array(current))
-        parts.append(
-            pa.table(
-                {
-                    "id": kept["id"],
-                    "namespace": kept["namespace"],
-                    "model": kept["embedding_model"],
-                    "source": pa.nulls(kept.num_rows, pa.string()).fill_null("stored"),
-                    "vector": kept["embedding"],
-                }
-            ).cast(vector_schema(dim))
-        )
-        stats.stored = kept.num_rows
     todo = np.flatnonzero(~current & ~excluded)
-    if todo.size:
+    stats.stored = int(current.sum())
+    kept = memories if not excluded.any() else memories.filter(pa.array(~excluded))
+    if not todo.size:
+        table = pa.table(
+            {
+                "id": kept["id"],
+                "namespace": kept["namespace"],
+                "model": kept["embedding_model"],
+                "source": pa.nulls(kept.num_rows, pa.string()).fill_null("stored"),
+                "vector": kept["embedding"],
+            }
+        ).cast(vector_schema(dim))
+    else:
         rows = memories.select(["id", "namespace", "content"]).take(pa.array(todo))
         shas = flags["sha"].take(pa.array(todo)).to_pylist()
-        parts.append(_embed_missing(rows, shas, embedder, warehouse_root, stats, progress))
-    table = pa.concat_tables(parts) if parts else vector_schema(dim).empty_table()
+        embedded = _embed_missing(rows, shas, embedder, warehouse_root, stats, progress)
+        table = _in_order(kept, current[~excluded], embedded, dim)
     stats.models = (
         {str(k["values"]): int(k["counts"]) for k in pc.value_counts(table["model"]).to_pylist()}
         if table.num_rows
         else {}
     )
     return table, stats
+
+
+def _in_order(kept: pa.Table, current: np.ndarray, embedded: pa.Table, dim: int) -> pa.Table:
+    """`kept`'s rows (the comparable ones) with their stored vector where `current`, else the next row of
+    `embedded` (whose rows are the others, in order): one array of vectors filled in place, so the stored ones
+    are copied once, as the filter before did."""
+    vectors = np.empty((kept.num_rows, dim), dtype=np.float32)
+    start = 0
+    for chunk in kept["embedding"].chunks:
+        n = len(chunk)
+        mine = current[start : start + n]
+        if mine.any():
+            flat = chunk.values.slice(chunk.offset * dim, n * dim).to_numpy(zero_copy_only=False)
+            vectors[start : start + n][mine] = flat.reshape(n, dim)[mine]
+        start += n
+    others = ~current
+    vectors[others] = embedded["vector"].combine_chunks().values.to_numpy().reshape(-1, dim)
+    source = np.full(kept.num_rows, "stored", dtype=object)
+    source[others] = embedded["source"].to_numpy(zero_copy_only=False)
+    model = kept["embedding_model"].to_numpy(zero_copy_only=False).astype(object)
+    model[others] = embedded["model"].to_numpy(zero_copy_only=False)
+    return pa.table(
+        {
+            "id": kept["id"],
+            "namespace": kept["namespace"],
+            "model": pa.array(model, pa.string()),
+            "source": pa.array(source, pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
+        }
+    ).cast(vector_schema(dim))
 
 
 def _embed_missing(

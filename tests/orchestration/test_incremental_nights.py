@@ -3,8 +3,8 @@
 Two stores start equal; between nights the same agents' writes go to both (an edit, an access, a new row, a
 delete, and on the last night the deleted row restored); one store's nights run with the defaults (incremental
 snapshot, vector pairs and contradictions reused), the other's with `execution.reuse: false` (a full read, every
-analysis from scratch). Each night both must propose the same changes, class by class, and the reuse must have
-happened.
+analysis from scratch). Each night both must propose the same changes, class by class, and find the same
+vectors, and the reuse must have happened.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from engram_pipelines.changes.registry import read_changes
 from engram_pipelines.demo.loader import load_demo
 from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import Store, open_store
+from engram_pipelines.warehouse.tables import Warehouse
 from tests.support.memories import AS_OF, memory
 
 
@@ -78,6 +79,11 @@ def test_reusing_nights_propose_what_full_recomputes_propose(store_url, other_st
             with open_store(url) as store:
                 proposed[name] = _proposed(store, day)
         assert proposed["reuse"] == proposed["full"], f"night {night}"
+        vectors = {
+            name: Warehouse(warehouse).read_table("embeddings", day, ["id", "namespace", "model", "vector"])
+            for name, (_, warehouse, _) in runs.items()
+        }
+        assert vectors["reuse"].equals(vectors["full"]), f"night {night}: the embeddings differ"
         assert proposed["reuse"], f"night {night} proposed nothing: the comparison would prove nothing"
         assert steps["reuse"]["applied_changes"]["applied"] == steps["full"]["applied_changes"]["applied"]
         assert steps["full"]["memory_snapshot"]["snapshot_mode"] == "full"
@@ -85,4 +91,6 @@ def test_reusing_nights_propose_what_full_recomputes_propose(store_url, other_st
             # all again, and compares every namespace); the agents touch one namespace
             assert steps["reuse"]["memory_snapshot"]["snapshot_mode"] == "incremental"
             assert steps["reuse"]["similarity_pairs"]["namespaces_reused"] > 0
+            # Only the rows written since the base have their vectors found again.
+            assert Warehouse(runs["reuse"][1]).layers("embeddings", day) is not None
         assert steps["full"]["similarity_pairs"]["namespaces_reused"] == 0
