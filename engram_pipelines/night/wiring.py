@@ -19,6 +19,8 @@ import pyarrow.compute as pc
 
 from engram_pipelines.analyses.contradictions.policy import ContradictionResult, find_contradictions
 from engram_pipelines.analyses.contradictions.reuse import contradictions_reusing
+from engram_pipelines.analyses.knowledge.semantic import semantic_extraction
+from engram_pipelines.analyses.knowledge.semantic_reuse import in_namespace_order, semantic_reusing
 from engram_pipelines.analyses.lifecycle.decay import CueCache, decay_intents, decay_scores
 from engram_pipelines.analyses.lifecycle.promotion import promotion_intents, promotions
 from engram_pipelines.analyses.lifecycle.retention import leaving_active, retention_intents, retention_moves
@@ -62,6 +64,28 @@ def contradictions_for_day(
         result.figures.update({"reused": False, "namespaces_computed": len(pc.unique(memories["namespace"]))})
         return result
     return contradictions_reusing(memories, pairs, config, cache_root=cache_root)
+
+
+def semantic_for_day(
+    memories: pa.Table,
+    links: pa.Table,
+    pairs: pa.Table,
+    vectors: pa.Table,
+    config: Config,
+    at: dt.datetime,
+    *,
+    fading: pa.Array,
+    cache_root: Path | None = None,
+) -> tuple[AnalysisResult, int]:
+    """The semantic step's result grouped by namespace, and how many namespaces were computed; with
+    `cache_root` (the warehouse) and `execution.reuse`, those whose inputs are last night's are reused
+    (`analyses/knowledge/semantic_reuse.py`)."""
+    if cache_root is None or not config.execution.reuse:
+        result = semantic_extraction(
+            memories, links, pairs, vectors, config, at, fading=fading, cache_root=cache_root
+        )
+        return in_namespace_order([result]), len(pc.unique(memories["namespace"]))
+    return semantic_reusing(memories, links, pairs, vectors, config, at, fading=fading, cache_root=cache_root)
 
 
 def leaving_tonight(config: Config, moves: pa.Table) -> frozenset[str]:

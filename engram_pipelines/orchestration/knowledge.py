@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.analyses.knowledge.compression import COMPRESSION_SCHEMA, compression
-from engram_pipelines.analyses.knowledge.semantic import SEMANTIC_SCHEMA, semantic_extraction
+from engram_pipelines.analyses.knowledge.semantic import SEMANTIC_SCHEMA
 from engram_pipelines.analyses.links.associations import ASSOCIATION_SCHEMA, associations
 from engram_pipelines.analyses.links.gc import GC_SCHEMA, garbage_links
 from engram_pipelines.analyses.links.temporal import TEMPORAL_SCHEMA, temporal_edges
@@ -16,6 +16,7 @@ from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.config.switches import applied_tonight
 from engram_pipelines.core.registry import inputs_of
 from engram_pipelines.core.timestamps import end_of_day
+from engram_pipelines.night.wiring import semantic_for_day
 from engram_pipelines.orchestration.metadata import (
     Lineage,
     column_lineage,
@@ -120,7 +121,7 @@ def semantic(
     fading = retention.filter(
         pc.and_(pc.equal(retention["from_zone"], "active"), pc.equal(retention["to_zone"], "archived"))
     )["id"]
-    result = semantic_extraction(
+    result, computed = semantic_for_day(
         memories,
         wh.read_table("links", as_of),
         wh.read_table("similarity_pairs", as_of),
@@ -138,6 +139,7 @@ def semantic(
         SEMANTIC_SCHEMA,
         ["node_id", "namespace", "action", "tier", "confidence", "sources"],
         _SEMANTIC_LINEAGE,
+        namespaces_computed=computed,  # the others' inputs were last night's (execution.reuse)
     )
 
 

@@ -93,4 +93,6 @@ def test_reusing_nights_propose_what_full_recomputes_propose(store_url, other_st
             assert steps["reuse"]["similarity_pairs"]["namespaces_reused"] > 0
             # Only the rows written since the base have their vectors found again.
             assert Warehouse(runs["reuse"][1]).layers("embeddings", day) is not None
+            semantic = {name: steps[name]["semantic"]["namespaces_computed"] for name in runs}
+            assert semantic["reuse"] < semantic["full"], semantic
         assert steps["full"]["similarity_pairs"]["namespaces_reused"] == 0

@@ -1,0 +1,73 @@
+"""Semantic extraction reused per namespace: only while a namespace's inputs are last night's, its computation
+proposed nothing and no node falls due for anti-anchoring; the result equals a computation of every namespace."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+
+from engram_pipelines.analyses.knowledge.semantic import semantic_extraction
+from engram_pipelines.analyses.knowledge.semantic_reuse import in_namespace_order, semantic_reusing
+from engram_pipelines.analyses.result import AnalysisResult
+from engram_pipelines.config.model import Config
+from engram_pipelines.core.timestamps import format_timestamp
+from tests.analyses.knowledge.test_semantic import node_row, three_close
+from tests.support.lifecycle import AS_OF, days_ago
+from tests.support.world import World, axis, episode
+
+NOTHING_FADES = pa.array([], pa.string())
+
+
+def _inputs(world: World) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
+    return world.memories(), world.links_table(), world.pairs(), world.vectors()
+
+
+def _scratch(world: World, at: dt.datetime) -> AnalysisResult:
+    result = semantic_extraction(*_inputs(world), Config(), at, fading=NOTHING_FADES)
+    return in_namespace_order([result])
+
+
+def _reusing(world: World, at: dt.datetime, root: Path) -> tuple[AnalysisResult, int]:
+    return semantic_reusing(*_inputs(world), Config(), at, fading=NOTHING_FADES, cache_root=root)
+
+
+def _world(ns2_text: str | None = None) -> World:
+    rows = three_close(("c1", "c2", "c3"))  # ns1: a new node, proposed every night until it lands
+    ns2 = three_close(
+        ("c4", "c4", "c4"), namespace="ns2", prefix="x"
+    )  # one context: rejected, nothing proposed
+    if ns2_text is not None:
+        ns2[1]["content"] = ns2_text
+    # ns3: a node reinforced 20 days ago, quiet until its anti-anchoring falls due (30 days idle).
+    sources = [episode(f"y{i}", axis(4 + i), f"c{5 + i}", namespace="ns3") for i in range(2)]
+    node = node_row("n3", sources=["y0", "y1"], reinforcedAt=format_timestamp(days_ago(20)))
+    node["namespace"] = "ns3"
+    return World(rows + ns2 + sources + [node])
+
+
+def _same(result: AnalysisResult, scratch: AnalysisResult) -> bool:
+    return result.table.equals(scratch.table) and result.intents.equals(scratch.intents)
+
+
+def test_a_namespace_is_reused_only_while_its_inputs_stay_and_nothing_was_proposed_or_falls_due(tmp_path):
+    world = _world()
+    first, computed = _reusing(world, AS_OF, tmp_path)
+    assert computed == 3 and _same(first, _scratch(world, AS_OF))
+    proposing = set(first.intents["namespace"].to_pylist())
+    assert proposing == {"ns1"}, "the fixture: only ns1 proposes"
+    assert "ns2" in first.table["namespace"].to_pylist(), "ns2's rejected cluster is in the table"
+
+    again, computed = _reusing(world, AS_OF + dt.timedelta(hours=1), tmp_path)
+    assert computed == 1, "ns1 proposed: computed again; ns2 and ns3 reused"
+    assert _same(again, _scratch(world, AS_OF + dt.timedelta(hours=1)))
+
+    edited = _world(ns2_text="The team moved the billing service to another host")
+    moved, computed = _reusing(edited, AS_OF, tmp_path)
+    assert computed == 2 and _same(moved, _scratch(edited, AS_OF)), "ns1 and the edited ns2"
+
+    later = AS_OF + dt.timedelta(days=11)  # n3 idle for 31 days
+    due, computed = _reusing(edited, later, tmp_path)
+    assert computed == 2 and _same(due, _scratch(edited, later)), "ns1 and ns3"
+    assert "ns3" in due.intents["namespace"].to_pylist(), "the anti-anchoring is proposed"
