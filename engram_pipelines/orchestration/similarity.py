@@ -76,10 +76,8 @@ def _combine_embeddings(
 ) -> dict[str, Any]:
     if shards > 1 or wh.shard_path("embeddings", as_of, 0, 1).exists():
         wh.combine_shards("embeddings", as_of, shards)
-    # else the one shard wrote the partition as layers (`write_embeddings`)
-    table = wh.read_table(
-        "embeddings", as_of, ["source", "model"]
-    )  # the vectors are not needed for the counts
+    # else the one shard wrote the partition as layers (`write_embeddings`). The counts need no vectors.
+    table = wh.read_table("embeddings", as_of, ["source", "model"])
     layers = wh.layers("embeddings", as_of)
     embedder_name = config.embeddings.embedder
     sources = value_counts(table, "source")

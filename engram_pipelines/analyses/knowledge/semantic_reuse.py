@@ -30,7 +30,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.analyses.knowledge import chitchat, clusters, nodes, rows, semantic, texts
-from engram_pipelines.analyses.knowledge.nodes import NodeState
 from engram_pipelines.analyses.knowledge.semantic import SEMANTIC_SCHEMA, semantic_extraction
 from engram_pipelines.analyses.merges import containment
 from engram_pipelines.analyses.result import AnalysisResult
@@ -39,7 +38,6 @@ from engram_pipelines.config.model import Config
 from engram_pipelines.core.digests import files_digest
 from engram_pipelines.core.duck import duck
 from engram_pipelines.core.sqltext import quoted
-from engram_pipelines.core.timestamps import parse_timestamp
 from engram_pipelines.warehouse.parquet import read_parquet, write_parquet
 
 CACHE_VERSION = 1
@@ -143,23 +141,22 @@ def namespace_fingerprints(
 
 
 def anti_anchoring_due(memories: pa.Table, config: Config, at: dt.datetime) -> set[str]:
-    """Namespaces with a live node whose anti-anchoring falls due at `at` (`semantic._anti_anchoring_due`)."""
-    node_rows = memories.filter(pc.equal(memories["kind"], "semantic")).select(
-        ["namespace", "zone", "superseded_by", "metadata"]
-    )
-    due: set[str] = set()
-    idle_days = dt.timedelta(days=config.semantic.stale_threshold_days)
-    for row in node_rows.to_pylist():  # the nodes only: a few per thousand memories
-        if row["namespace"] in due or row["zone"] != "active" or row["superseded_by"] is not None:
-            continue
-        try:
-            state = NodeState.from_json(json.loads(row["metadata"] or "{}").get("semantic") or {})
-        except (TypeError, ValueError, KeyError, AttributeError):
-            due.add(row["namespace"])  # unreadable: computed, as the analysis decides what to do with it
-            continue
-        if state.reinforced_at is not None and at - parse_timestamp(state.reinforced_at) > idle_days:
-            due.add(row["namespace"])
-    return due
+    """Namespaces with a live node idle for longer than `stale_threshold_days` at `at`, whose anti-anchoring
+    may fall due tonight (`semantic._anti_anchoring_due`; one whose reinforcement time does not parse counts)."""
+    with duck() as con:
+        con.register("m", memories.select(["namespace", "kind", "zone", "superseded_by", "metadata"]))
+        due = con.execute(
+            """
+            SELECT DISTINCT namespace FROM (
+                SELECT namespace, json_extract_string(metadata, '$.semantic.reinforcedAt') AS reinforced
+                FROM m WHERE kind = 'semantic' AND zone = 'active' AND superseded_by IS NULL
+            )
+            WHERE reinforced IS NOT NULL
+                AND coalesce(TRY_CAST(reinforced AS TIMESTAMPTZ) < $at - to_microseconds($idle), true)
+            """,
+            {"at": at, "idle": round(config.semantic.stale_threshold_days * 86_400_000_000)},
+        ).fetchall()
+    return {namespace for (namespace,) in due}
 
 
 def semantic_reusing(

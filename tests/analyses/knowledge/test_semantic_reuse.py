@@ -71,3 +71,20 @@ def test_a_namespace_is_reused_only_while_its_inputs_stay_and_nothing_was_propos
     due, computed = _reusing(edited, later, tmp_path)
     assert computed == 2 and _same(due, _scratch(edited, later)), "ns1 and ns3"
     assert "ns3" in due.intents["namespace"].to_pylist(), "the anti-anchoring is proposed"
+
+
+def test_anti_anchoring_falls_due_only_for_live_nodes_idle_past_the_threshold():
+    from engram_pipelines.analyses.knowledge.semantic_reuse import anti_anchoring_due
+
+    def node(node_id: str, namespace: str, reinforced: str, **fields) -> dict:
+        row = node_row(node_id, sources=["y0"], reinforcedAt=reinforced)
+        return {**row, "namespace": namespace, **fields}
+
+    rows = [
+        node("n1", "idle", format_timestamp(days_ago(31))),
+        node("n2", "recent", format_timestamp(days_ago(29))),
+        node("n3", "archived", format_timestamp(days_ago(90)), zone="archived"),
+        node("n4", "garbled", "not a time"),
+        episode("y0", axis(1), "c1", namespace="recent"),
+    ]
+    assert anti_anchoring_due(World(rows).memories(), Config(), AS_OF) == {"idle", "garbled"}
