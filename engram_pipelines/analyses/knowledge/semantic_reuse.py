@@ -198,14 +198,18 @@ def semantic_reusing(
     if computed:
 
         def others(table: pa.Table) -> pa.Table:
-            return table.filter(pc.invert(pc.is_in(table["namespace"], value_set=same)))
+            return (
+                table.filter(pc.invert(pc.is_in(table["namespace"], value_set=same))) if len(same) else table
+            )
 
+        # The vectors whole: they are looked up by id, only for the rows given, and a filtered copy of 1M
+        # vectors is 1.5 GB more at the step's peak.
         parts.append(
             semantic_extraction(
                 others(memories),
                 others(links),
                 others(pairs),
-                others(vectors),
+                vectors,
                 config,
                 at,
                 fading=fading,
