@@ -162,6 +162,9 @@ def partition_vectors(
     return table, stats
 
 
+_SLICE = 65_536
+
+
 def _in_order(
     memories: pa.Table, current: np.ndarray, excluded: np.ndarray, embedded: pa.Table, dim: int
 ) -> pa.Table:
@@ -173,13 +176,16 @@ def _in_order(
     vectors = np.empty((int(keep.sum()), dim), dtype=np.float32)
     place = np.cumsum(keep) - 1  # each comparable row's place in the output
     start = 0
+    # In slices of the chunks: a masked copy of a whole 1M-row chunk is another 1.5 GB for a moment.
     for chunk in memories["embedding"].chunks:
-        n = len(chunk)
-        mine = current[start : start + n]
-        if mine.any():
-            flat = chunk.values.slice(chunk.offset * dim, n * dim).to_numpy(zero_copy_only=False)
-            vectors[place[start : start + n][mine]] = flat.reshape(n, dim)[mine]
-        start += n
+        for first in range(0, len(chunk), _SLICE):
+            part = chunk.slice(first, _SLICE)
+            n = len(part)
+            mine = current[start : start + n]
+            if mine.any():
+                flat = part.values.slice(part.offset * dim, n * dim).to_numpy(zero_copy_only=False)
+                vectors[place[start : start + n][mine]] = flat.reshape(n, dim)[mine]
+            start += n
     others = ~current[keep]
     vectors[others] = embedded["vector"].combine_chunks().values.to_numpy().reshape(-1, dim)
     kept = memories.select(["id", "namespace", "embedding_model"]).filter(pa.array(keep))

@@ -373,3 +373,39 @@ def test_partition_vectors_passes_stored_vectors_on_without_a_copy(tmp_path: Pat
     table, _ = partition_vectors(memories, HashEmbedder(), tmp_path)
     ours, theirs = table["vector"].chunk(0).values, memories["embedding"].chunk(0).values
     assert ours.buffers()[1].address == theirs.buffers()[1].address
+
+
+def test_partition_vectors_fills_stored_and_embedded_rows_in_place_slice_by_slice(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from engram_pipelines.vectors import comparable
+
+    monkeypatch.setattr(comparable, "_SLICE", 3)  # several slices over one chunk, as at 1M
+    contents = [f"memory {i}" for i in range(10)]
+    stored = [i % 3 != 0 for i in range(10)]
+    metadata = [json.dumps({"embeddingExcluded": True}) if i == 4 else "{}" for i in range(10)]
+    memories = _vector_rows(
+        contents,
+        stored,
+        [content_sha(c) if s else None for c, s in zip(contents, stored, strict=True)],
+        metadata,
+    )
+    memories = memories.set_column(
+        4,
+        "embedding",
+        pc.if_else(pa.array(stored), _distinct_vectors(10), pa.nulls(10, _distinct_vectors(10).type)),
+    )
+    table, _ = partition_vectors(memories, HashEmbedder(), tmp_path)
+    assert table["id"].to_pylist() == [f"m{i}" for i in range(10) if i != 4]
+    given = memories["embedding"].to_pylist()
+    for memory_id, vector, source in zip(
+        table["id"].to_pylist(), table["vector"].to_pylist(), table["source"].to_pylist(), strict=True
+    ):
+        row = int(memory_id[1:])
+        assert source == ("stored" if stored[row] else "embedded")
+        if stored[row]:
+            assert vector == given[row]
+
+
+def _distinct_vectors(n: int) -> pa.FixedSizeListArray:
+    return pa.FixedSizeListArray.from_arrays(pa.array(np.arange(16 * n, dtype=np.float32)), 16)
