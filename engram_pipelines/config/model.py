@@ -380,9 +380,12 @@ class ExecutionConfig(_Section):
     """Address of a running Dask scheduler (tcp://host:8786); empty starts a local cluster per run."""
     reuse: bool = True
     """Carry last night's work over where its inputs did not change: the snapshot reads only changed rows
-    (`snapshot.incremental`), vector pairs are compared again only in namespaces whose vectors moved, and the
-    contradictions are computed again only in namespaces whose inputs moved. false recomputes every analysis from a
-    full read of the store: the reference the incremental nights are held equal to (bench/nightly.py times both).
+    (`snapshot.incremental`), vector pairs are compared again only in namespaces whose vectors moved, the
+    contradictions are computed again only in namespaces whose inputs moved, the semantic step only in namespaces
+    whose inputs moved, that proposed something last time or where a node's anti-anchoring falls due, and over a
+    layered snapshot the embeddings are layered too (only the rows written since its base get vectors; with one
+    shard, `execution.shards: 1`). false recomputes every analysis from a full read of the store: the reference
+    the incremental nights are held equal to (bench/nightly.py times both).
     Vectors and parsed sentences are still looked up by content: they depend on nothing else."""
     shards: int | None = Field(None, ge=1, le=256)
     """Namespace hash shards: the sharded analyses run one step per shard, in parallel on the executor. Unset:
