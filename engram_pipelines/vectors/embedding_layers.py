@@ -96,6 +96,7 @@ def write_embeddings(
         memories_file = warehouse.table_path("memories", as_of)
         memories = read_parquet(memories_file, VECTOR_INPUT_COLUMNS)
         vectors, stats = partition_vectors(memories, embedder, warehouse.root, progress=progress)
+        del memories  # its texts, and its vectors where some were embedded (copied into `vectors`), go first
         write_parquet(_tagged(vectors, memories_file, embedder), shard)
         return stats, vectors.num_rows
     base = vectors_of(warehouse, as_of, layers.base, embedder)
