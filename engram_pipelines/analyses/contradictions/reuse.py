@@ -15,7 +15,6 @@ tests hold the two equal).
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from engram_pipelines.changes.intents import INTENT_SCHEMA
 from engram_pipelines.config.model import Config
 from engram_pipelines.core.duck import duck
 from engram_pipelines.core.sqltext import quoted
-from engram_pipelines.warehouse.parquet import read_parquet, write_parquet
+from engram_pipelines.warehouse.kept import read_kept, write_kept
 
 # 2: the rows' digests are aggregated, not their text (a 1M store's contents were one 1 GB string).
 # 3: per namespace.
@@ -156,26 +155,13 @@ def _combined(parts: list[ContradictionResult]) -> ContradictionResult:
 
 
 def _read(cache: Path) -> _Kept | None:
-    try:
-        if (cache / "version").read_text() != str(CACHE_VERSION):
-            return None
-        return _Kept(*(read_parquet(cache / f"{name}.parquet") for name in _KEPT_FILES))
-    except (OSError, ValueError, pa.ArrowException):
-        return None  # none yet, or damaged: computed again
+    tables = read_kept(cache, _KEPT_FILES, str(CACHE_VERSION))
+    return None if tables is None else _Kept(*tables)
 
 
 _KEPT_FILES = ("fingerprints", "table", "intents", "candidate_counts")
 
 
 def _write(cache: Path, fingerprints: pa.Table, result: ContradictionResult) -> None:
-    """Written aside and renamed into place: a reader never sees half of one."""
-    staging = cache.with_name(cache.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for name, table in zip(
-        _KEPT_FILES, (fingerprints, result.table, result.intents, result.candidate_counts), strict=True
-    ):
-        write_parquet(table, staging / f"{name}.parquet")
-    (staging / "version").write_text(str(CACHE_VERSION))  # last: a cache without it is never read
-    shutil.rmtree(cache, ignore_errors=True)
-    staging.rename(cache)
+    tables = (fingerprints, result.table, result.intents, result.candidate_counts)
+    write_kept(cache, dict(zip(_KEPT_FILES, tables, strict=True)), str(CACHE_VERSION))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
 from functools import cache
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from engram_pipelines.config.model import Config
 from engram_pipelines.core.digests import files_digest
 from engram_pipelines.core.duck import duck
 from engram_pipelines.core.sqltext import quoted
-from engram_pipelines.warehouse.parquet import read_parquet, write_parquet
+from engram_pipelines.warehouse.kept import read_kept, write_kept
 
 CACHE_VERSION = 1
 KEPT = pa.schema(
@@ -239,21 +238,9 @@ def in_namespace_order(parts: list[AnalysisResult]) -> AnalysisResult:
 
 
 def _read(cache: Path) -> tuple[pa.Table, pa.Table] | None:
-    try:
-        if (cache / "version").read_text() != str(CACHE_VERSION):
-            return None
-        return read_parquet(cache / "fingerprints.parquet").cast(KEPT), read_parquet(cache / "table.parquet")
-    except (OSError, ValueError, pa.ArrowException):
-        return None  # none yet, or damaged: computed again
+    tables = read_kept(cache, ("fingerprints", "table"), str(CACHE_VERSION))
+    return None if tables is None else (tables[0].cast(KEPT), tables[1])
 
 
 def _write(cache: Path, fingerprints: pa.Table, table: pa.Table) -> None:
-    """Written aside and renamed into place: a reader never sees half of one."""
-    staging = cache.with_name(cache.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    write_parquet(fingerprints, staging / "fingerprints.parquet")
-    write_parquet(table, staging / "table.parquet")
-    (staging / "version").write_text(str(CACHE_VERSION))  # last: a cache without it is never read
-    shutil.rmtree(cache, ignore_errors=True)
-    staging.rename(cache)
+    write_kept(cache, {"fingerprints": fingerprints, "table": table}, str(CACHE_VERSION))
