@@ -62,8 +62,8 @@ def _embed_shard(
     embedder = load_embedder(config.embeddings.embedder)
     if shards == 1 and config.execution.reuse:
         # One part: over a layered snapshot, only the rows written since its base need vectors.
-        stats, rows = write_embeddings(wh, as_of, embedder, progress=LogProgress(context.log))
-        context.log.info(f"{rows} vectors; found tonight {stats.as_dict()}")
+        stats = write_embeddings(wh, as_of, embedder, progress=LogProgress(context.log))
+        context.log.info(f"vectors found tonight {stats.as_dict()}")
         return
     memories = wh.read_shard("memories", as_of, shard, shards, columns=VECTOR_INPUT_COLUMNS)
     table, stats = partition_vectors(memories, embedder, wh.root, progress=LogProgress(context.log))

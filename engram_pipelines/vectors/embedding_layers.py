@@ -86,10 +86,10 @@ def vectors_of(warehouse: Warehouse, as_of: dt.date, memories_file: Path, embedd
 
 def write_embeddings(
     warehouse: Warehouse, as_of: dt.date, embedder: Embedder, *, progress: Progress | None = None
-) -> tuple[VectorStats, int]:
+) -> VectorStats:
     """Find and write `as_of`'s embeddings partition, the whole table in one shard's part (a plain memories
     partition: the combine step links it into place) or as layers over the vectors of the memories' base file.
-    Returns the counts of the vectors found tonight and the rows the partition holds."""
+    Returns the counts of the vectors found tonight (the combine step counts the partition's rows)."""
     layers = warehouse.layers("memories", as_of)
     shard = warehouse.shard_path("embeddings", as_of, 0, 1)
     if layers is None:
@@ -98,7 +98,7 @@ def write_embeddings(
         vectors, stats = partition_vectors(memories, embedder, warehouse.root, progress=progress)
         del memories  # its texts, and its vectors where some were embedded (copied into `vectors`), go first
         write_parquet(_tagged(vectors, memories_file, embedder), shard)
-        return stats, vectors.num_rows
+        return stats
     base = vectors_of(warehouse, as_of, layers.base, embedder)
     stats = VectorStats()
     if base is None:  # the first layered night over this base (or another embedder): its vectors, once
@@ -111,4 +111,4 @@ def write_embeddings(
     dropped = pq.read_table(layers.dropped)["id"].combine_chunks()
     warehouse.write_layers("embeddings", as_of, base, delta, dropped)
     shard.unlink(missing_ok=True)  # the partition is complete: nothing for the combine step to link
-    return stats.plus(delta_stats), warehouse.read_table("embeddings", as_of, ["id"]).num_rows
+    return stats.plus(delta_stats)
