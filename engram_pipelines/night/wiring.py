@@ -28,6 +28,7 @@ from engram_pipelines.analyses.merges.collapse import MergeResult, collapse_dupl
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.config.model import Config
 from engram_pipelines.config.switches import applied_tonight
+from engram_pipelines.warehouse.vector_digests import VectorSource
 
 
 def decay_for_day(
@@ -70,7 +71,7 @@ def semantic_for_day(
     memories: pa.Table,
     links: pa.Table,
     pairs: pa.Table,
-    vectors: pa.Table,
+    vectors: VectorSource,
     config: Config,
     at: dt.datetime,
     *,
@@ -82,7 +83,7 @@ def semantic_for_day(
     (`analyses/knowledge/semantic_reuse.py`)."""
     if cache_root is None or not config.execution.reuse:
         result = semantic_extraction(
-            memories, links, pairs, vectors, config, at, fading=fading, cache_root=cache_root
+            memories, links, pairs, vectors.load(None), config, at, fading=fading, cache_root=cache_root
         )
         return in_namespace_order([result]), len(pc.unique(memories["namespace"]))
     return semantic_reusing(memories, links, pairs, vectors, config, at, fading=fading, cache_root=cache_root)

@@ -27,6 +27,7 @@ from engram_pipelines.orchestration.metadata import (
 from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitions
 from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.warehouse.tables import Warehouse
+from engram_pipelines.warehouse.vector_digests import stored_vectors
 
 _COMMON: dict[str, Any] = {
     "partitions_def": as_of_partitions,
@@ -125,7 +126,7 @@ def semantic(
         memories,
         wh.read_table("links", as_of),
         wh.read_table("similarity_pairs", as_of),
-        wh.read_table("embeddings", as_of),
+        stored_vectors(wh, as_of),
         config,
         end_of_day(as_of),
         fading=fading.combine_chunks(),

@@ -33,6 +33,7 @@ from engram_pipelines.vectors.embeddings import load_embedder
 from engram_pipelines.vectors.pair_cache import cached_vector_pairs
 from engram_pipelines.vectors.pairs import PAIR_SCHEMA, exact_content_pairs, merged_pairs
 from engram_pipelines.warehouse.tables import Warehouse
+from engram_pipelines.warehouse.vector_digests import stored_vectors
 
 # A stored vector is used while it is current (its embedded_content_sha matches the content); otherwise the
 # content is embedded, and the model and source say which happened.
@@ -44,6 +45,7 @@ _EMBEDDINGS_LINEAGE: Lineage = {
     "model": {"memory_snapshot": ["embedding_model", *_CURRENT_VECTOR]},
     "source": {"memory_snapshot": _CURRENT_VECTOR},
     "vector": {"memory_snapshot": _CURRENT_VECTOR},
+    "digest": {"memory_snapshot": _CURRENT_VECTOR},  # of the vector's bits (warehouse/vector_digests.py)
 }
 
 # Exact-content twins (score 1.0) come from the snapshot's content; every other pair from the two rows' vectors.
@@ -103,7 +105,7 @@ def _pair_shard(
     context: dg.OpExecutionContext, wh: Warehouse, config: Config, as_of: dt.date, shard: int, shards: int
 ) -> None:
     found = cached_vector_pairs(
-        wh.read_shard("embeddings", as_of, shard, shards),
+        stored_vectors(wh, as_of, shard, shards),
         config.similarity.lowest_threshold,
         exact_cutoff=config.similarity.exact_cutoff,
         directory=wh.root / "pair_cache" / f"shard-{shard}-of-{shards}",

@@ -21,6 +21,7 @@ from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress
 from engram_pipelines.vectors.embeddings import Embedder, embed_in_batches
 from engram_pipelines.warehouse.content_cache import ContentCache
+from engram_pipelines.warehouse.vector_digests import with_digests
 
 VECTOR_SCHEMA_FIELDS = [
     pa.field("id", pa.string(), nullable=False),
@@ -122,8 +123,8 @@ def _row_flags(memories: pa.Table) -> pa.Table:
 def partition_vectors(
     memories: pa.Table, embedder: Embedder, warehouse_root: Path, *, progress: Progress | None = None
 ) -> tuple[pa.Table, VectorStats]:
-    """(id, namespace, model, source, vector) for every comparable memory of the snapshot, in the snapshot's
-    order (id order), and counts. The order is the input's whatever each row's source, so the vectors of a
+    """(id, namespace, model, source, vector, digest) for every comparable memory of the snapshot, in the
+    snapshot's order (id order), and counts (the digest: `warehouse/vector_digests.py`). The order is the input's whatever each row's source, so the vectors of a
     layered partition's rows (`embedding_layers.py`) equal those a full recompute finds, row for row.
 
     Stored vectors are passed on without a copy when every row keeps its own (the usual night): at 1M x 384 each
@@ -159,7 +160,7 @@ def partition_vectors(
         if table.num_rows
         else {}
     )
-    return table, stats
+    return with_digests(table), stats
 
 
 _SLICE = 65_536

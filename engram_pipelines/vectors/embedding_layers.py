@@ -30,6 +30,7 @@ from engram_pipelines.vectors.embeddings import Embedder
 from engram_pipelines.warehouse.layers import BASE
 from engram_pipelines.warehouse.parquet import read_parquet, write_parquet
 from engram_pipelines.warehouse.tables import PART, Warehouse
+from engram_pipelines.warehouse.vector_digests import DIGEST
 
 MEMORIES_FILE_KEY = b"engram.memories_file"
 EMBEDDER_KEY = b"engram.embedder"
@@ -77,9 +78,11 @@ def vectors_of(warehouse: Warehouse, as_of: dt.date, memories_file: Path, embedd
         if not oldest <= when <= as_of:
             continue
         for path in (day / BASE, day / PART):
-            if path.exists() and all(
-                (pq.read_schema(path).metadata or {}).get(key) == value for key, value in wanted.items()
-            ):
+            if not path.exists():
+                continue
+            schema = pq.read_schema(path)
+            # Files written before the vectors' digests were stored are found again once.
+            if DIGEST in schema.names and all((schema.metadata or {}).get(k) == v for k, v in wanted.items()):
                 return path
     return None
 

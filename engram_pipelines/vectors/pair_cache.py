@@ -2,7 +2,7 @@
 
 A namespace's vector pairs depend on nothing but its rows' (id, model, vector) and the engine's settings. Each
 run stores, per shard, the pairs it found and a fingerprint per namespace (an order-free digest of those
-triples); the next run recomputes only the namespaces whose fingerprint moved, so a quiet night costs what its
+triples, from the vectors' stored digests: `warehouse/vector_digests.py`); the next run recomputes only the namespaces whose fingerprint moved, so a quiet night costs what its
 changes cost, not what the corpus costs (DESIGN §5). The cache lives under <warehouse>/pair_cache/.
 """
 
@@ -22,8 +22,7 @@ from engram_pipelines.core.progress import Progress
 from engram_pipelines.vectors.pairs import PAIR_SCHEMA, vector_pairs
 from engram_pipelines.warehouse.content_cache import discard_unreadable
 from engram_pipelines.warehouse.parquet import write_parquet
-
-FINGERPRINTS = pa.schema([pa.field("namespace", pa.string()), pa.field("fingerprint", pa.string())])
+from engram_pipelines.warehouse.vector_digests import FINGERPRINTS, VectorSource, vector_fingerprints
 
 
 @dataclass
@@ -34,22 +33,8 @@ class CachedPairs:
     compared_namespaces: int
 
 
-def namespace_fingerprints(vectors: pa.Table) -> pa.Table:
-    """(namespace, fingerprint): rows, models and vector values of each namespace, in any order."""
-    with duck() as con:
-        con.register("v", vectors.select(["id", "namespace", "model", "vector"]))
-        return (
-            con.sql(
-                "SELECT namespace, count(*)::VARCHAR || ':' || bit_xor(hash(id, model, vector))::VARCHAR AS fingerprint "
-                "FROM v GROUP BY namespace ORDER BY namespace"
-            )
-            .to_arrow_table()
-            .cast(FINGERPRINTS)
-        )
-
-
 def cached_vector_pairs(
-    vectors: pa.Table,
+    vectors: VectorSource,
     threshold: float,
     *,
     exact_cutoff: int,
@@ -58,16 +43,18 @@ def cached_vector_pairs(
     reuse: bool = True,
 ) -> CachedPairs:
     """`vector_pairs` of `vectors`, reusing the stored pairs of every namespace whose fingerprint is unchanged
-    (none with `reuse` false: every namespace is compared).
+    (none with `reuse` false: every namespace is compared). Only the compared namespaces' vectors are read.
 
     `directory` holds one part's cache (a shard's); it is replaced by tonight's pairs and fingerprints."""
     settings = hashlib.sha256(f"{threshold!r}|{exact_cutoff}".encode()).hexdigest()[:12]
     path = directory / f"pairs-{settings}.parquet"
-    tonight = namespace_fingerprints(vectors)
+    tonight = vector_fingerprints(vectors.digests)
     stored, before = _stored(path) if reuse else (None, None)
     same = _unchanged(tonight, before) if stored is not None else pa.array([], pa.string())
-    changed = vectors.filter(pc.invert(pc.is_in(vectors["namespace"], value_set=same)))
-    fresh, methods = vector_pairs(changed, threshold, exact_cutoff=exact_cutoff, progress=progress)
+    changed = pc.filter(tonight["namespace"], pc.invert(pc.is_in(tonight["namespace"], value_set=same)))
+    compared = vectors.load(changed.to_pylist() if len(same) else None)
+    fresh, methods = vector_pairs(compared, threshold, exact_cutoff=exact_cutoff, progress=progress)
+    del compared
     reused = stored.filter(pc.is_in(stored["namespace"], value_set=same)) if stored is not None else None
     pairs = pa.concat_tables([t.cast(PAIR_SCHEMA) for t in (reused, fresh) if t is not None])
     write_parquet(pairs.replace_schema_metadata({"fingerprints": json.dumps(tonight.to_pylist())}), path)

@@ -248,6 +248,11 @@ class Warehouse:
         chosen = namespaces_in_shard(present, shard, shards) or [""]  # [""]: no namespace is empty (schema)
         return self.read_table(table, as_of, columns, namespaces=chosen)
 
+    def schema(self, table: str, as_of: dt.date) -> pa.Schema:
+        """The partition's columns, plain or layered alike."""
+        layers = self.layers(table, as_of)
+        return pq.read_schema(layers.base if layers is not None else self.table_path(table, as_of))
+
     def has_table(self, table: str, as_of: dt.date) -> bool:
         return self.table_path(table, as_of).exists() or self.layers(table, as_of) is not None
 

@@ -9,6 +9,7 @@ import pytest
 from engram_pipelines.vectors import similarity
 from engram_pipelines.vectors.comparable import vector_schema
 from engram_pipelines.vectors.similarity import PairResult, pairs_per_row_loop, similar_pairs
+from engram_pipelines.warehouse.vector_digests import VectorSource
 from tests.support.memories import ProgressRecorder
 
 DIM = 32
@@ -216,15 +217,32 @@ def _vector_table(groups: dict[str, np.ndarray]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=vector_schema(dim))
 
 
+def _source(groups: dict[str, np.ndarray], loads: list[list[str] | None] | None = None) -> VectorSource:
+    """A source over the groups' vectors that records which namespaces were loaded."""
+    whole = VectorSource.of(_vector_table(groups))
+
+    def load(namespaces: list[str] | None) -> pa.Table:
+        if loads is not None:
+            loads.append(namespaces)
+        return whole.load(namespaces)
+
+    return VectorSource(whole.digests, load)
+
+
 def test_cached_pairs_recompute_only_the_namespaces_whose_vectors_changed(tmp_path, monkeypatch) -> None:
     from engram_pipelines.vectors import pair_cache
     from engram_pipelines.vectors.pairs import vector_pairs
 
     a, b = clustered(60, 4, seed=1, dim=16), clustered(60, 4, seed=2, dim=16)
     first = pair_cache.cached_vector_pairs(
-        _vector_table({"a": a, "b": b}), 0.8, exact_cutoff=1000, directory=tmp_path
+        _source({"a": a, "b": b}), 0.8, exact_cutoff=1000, directory=tmp_path
     )
     assert (first.reused_namespaces, first.compared_namespaces) == (0, 2)
+    loads: list[list[str] | None] = []
+    quiet = pair_cache.cached_vector_pairs(
+        _source({"a": a, "b": b}, loads), 0.8, exact_cutoff=1000, directory=tmp_path
+    )
+    assert quiet.reused_namespaces == 2 and loads == [[]], "nothing moved: no namespace's vectors are read"
 
     compared: list[set[str]] = []
 
@@ -236,8 +254,12 @@ def test_cached_pairs_recompute_only_the_namespaces_whose_vectors_changed(tmp_pa
     b_moved = b.copy()
     b_moved[0] = b_moved[1]  # one row of b changed
     table = _vector_table({"a": a, "b": b_moved})
-    second = pair_cache.cached_vector_pairs(table, 0.8, exact_cutoff=1000, directory=tmp_path)
+    loads.clear()
+    second = pair_cache.cached_vector_pairs(
+        _source({"a": a, "b": b_moved}, loads), 0.8, exact_cutoff=1000, directory=tmp_path
+    )
     assert compared == [{"b"}] and (second.reused_namespaces, second.compared_namespaces) == (1, 1)
+    assert loads == [["b"]], "only the moved namespace's vectors are read"
     expected, _ = vector_pairs(table, 0.8, exact_cutoff=1000)
     key = ["namespace", "left_id", "right_id"]
     assert (
@@ -245,5 +267,7 @@ def test_cached_pairs_recompute_only_the_namespaces_whose_vectors_changed(tmp_pa
         .select(key)
         .equals(expected.sort_by([(k, "ascending") for k in key]).select(key))
     )
-    other_threshold = pair_cache.cached_vector_pairs(table, 0.9, exact_cutoff=1000, directory=tmp_path)
+    other_threshold = pair_cache.cached_vector_pairs(
+        VectorSource.of(table), 0.9, exact_cutoff=1000, directory=tmp_path
+    )
     assert other_threshold.reused_namespaces == 0, "pairs found under other settings are never reused"

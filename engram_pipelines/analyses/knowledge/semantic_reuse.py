@@ -14,7 +14,7 @@ tags, superseded_by, the metadata's conversation and project ids, node state, co
 markers, and of the zone only what decides (may it seed, is a node's source queued for purge, is it live where
 compression marks are made: rows archived by age every night in every namespace changed nothing else and
 made every namespace compute again); its `contradicts` links, its pairs at or above the cluster threshold, its
-vectors (id, model, values), the configuration's fingerprint and the analysis's own source files and word lists.
+vectors (id, model, the values' stored digest: `warehouse/vector_digests.py`), the configuration's fingerprint and the analysis's own source files and word lists.
 The result put together is the one a computation of every namespace gives (the tests hold the two equal).
 """
 
@@ -38,6 +38,7 @@ from engram_pipelines.core.digests import files_digest
 from engram_pipelines.core.duck import duck
 from engram_pipelines.core.sqltext import quoted
 from engram_pipelines.warehouse.kept import read_kept, write_kept
+from engram_pipelines.warehouse.vector_digests import VectorSource, vector_fingerprints
 
 CACHE_VERSION = 1
 KEPT = pa.schema(
@@ -57,7 +58,7 @@ def _code() -> str:
 
 
 def namespace_fingerprints(
-    memories: pa.Table, links: pa.Table, pairs: pa.Table, vectors: pa.Table, fading: pa.Array, config: Config
+    memories: pa.Table, links: pa.Table, pairs: pa.Table, digests: pa.Table, fading: pa.Array, config: Config
 ) -> pa.Table:
     """(namespace, fingerprint) of every namespace of `memories`."""
     salt = f"{CACHE_VERSION}|{_code()}|{config.fingerprint()}"
@@ -86,7 +87,7 @@ def namespace_fingerprints(
         con.register("l", links.select(["namespace", "src_id", "dst_id", "kind"]))
         threshold = float(config.semantic.cluster_similarity_threshold)
         con.register("p", pairs.select(["namespace", "left_id", "right_id", "score"]))
-        con.register("v", vectors.select(["id", "namespace", "model", "vector"]))
+        con.register("v", vector_fingerprints(digests))
         return (
             con.sql(
                 f"""
@@ -123,14 +124,11 @@ def namespace_fingerprints(
                 SELECT namespace, md5(string_agg(concat_ws(chr(31), left_id, right_id, score::VARCHAR), chr(30)
                     ORDER BY left_id, right_id)) AS digest
                 FROM p WHERE score >= {threshold!r} GROUP BY namespace
-            ), vectors AS (
-                SELECT namespace, count(*)::VARCHAR || ':' || bit_xor(hash(id, model, vector))::VARCHAR AS digest
-                FROM v GROUP BY namespace
             )
             SELECT namespace, md5(concat_ws('|', {quoted(salt)}, rows.digest, coalesce(contradicts.digest, ''),
-                coalesce(close.digest, ''), coalesce(vectors.digest, ''))) AS fingerprint
+                coalesce(close.digest, ''), coalesce(v.fingerprint, ''))) AS fingerprint
             FROM rows LEFT JOIN contradicts USING (namespace) LEFT JOIN close USING (namespace)
-                LEFT JOIN vectors USING (namespace)
+                LEFT JOIN v USING (namespace)
             ORDER BY namespace
             """
             )
@@ -162,7 +160,7 @@ def semantic_reusing(
     memories: pa.Table,
     links: pa.Table,
     pairs: pa.Table,
-    vectors: pa.Table,
+    vectors: VectorSource,
     config: Config,
     at: dt.datetime,
     *,
@@ -170,9 +168,9 @@ def semantic_reusing(
     cache_root: Path,
 ) -> tuple[AnalysisResult, int]:
     """`semantic_extraction` of these inputs in `in_namespace_order`, the namespaces that can be reused taken
-    from the last computation; and how many namespaces were computed."""
+    from the last computation; and how many namespaces were computed (only their vectors are read)."""
     cache = cache_root / "semantic_cache"
-    tonight = namespace_fingerprints(memories, links, pairs, vectors, fading, config)
+    tonight = namespace_fingerprints(memories, links, pairs, vectors.digests, fading, config)
     kept = _read(cache)
     same = pa.array([], pa.string())
     if kept is not None:
@@ -201,14 +199,14 @@ def semantic_reusing(
                 table.filter(pc.invert(pc.is_in(table["namespace"], value_set=same))) if len(same) else table
             )
 
-        # The vectors whole: they are looked up by id, only for the rows given, and a filtered copy of 1M
-        # vectors is 1.5 GB more at the step's peak.
+        # Only the computed namespaces' vectors, read once (they are looked up by id for the rows given).
+        chosen = pc.filter(tonight["namespace"], pc.invert(pc.is_in(tonight["namespace"], value_set=same)))
         parts.append(
             semantic_extraction(
                 others(memories),
                 others(links),
                 others(pairs),
-                vectors,
+                vectors.load(chosen.to_pylist() if len(same) else None),
                 config,
                 at,
                 fading=fading,

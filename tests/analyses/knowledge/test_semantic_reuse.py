@@ -13,6 +13,7 @@ from engram_pipelines.analyses.knowledge.semantic_reuse import in_namespace_orde
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.config.model import Config
 from engram_pipelines.core.timestamps import format_timestamp
+from engram_pipelines.warehouse.vector_digests import VectorSource
 from tests.analyses.knowledge.test_semantic import node_row, three_close
 from tests.support.lifecycle import AS_OF, days_ago
 from tests.support.world import World, axis, episode
@@ -30,7 +31,10 @@ def _scratch(world: World, at: dt.datetime) -> AnalysisResult:
 
 
 def _reusing(world: World, at: dt.datetime, root: Path) -> tuple[AnalysisResult, int]:
-    return semantic_reusing(*_inputs(world), Config(), at, fading=NOTHING_FADES, cache_root=root)
+    memories, links, pairs, vectors = _inputs(world)
+    return semantic_reusing(
+        memories, links, pairs, VectorSource.of(vectors), Config(), at, fading=NOTHING_FADES, cache_root=root
+    )
 
 
 def _world(ns2_text: str | None = None) -> World:
