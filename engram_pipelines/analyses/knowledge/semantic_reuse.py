@@ -1,13 +1,16 @@
 """Semantic extraction reused across nights, per namespace: a namespace whose inputs are what they were at the
-last computation, which proposed nothing there, and where no node's anti-anchoring falls due tonight, keeps that
-computation's rows (its rejected clusters); only the other namespaces are computed again (nothing in the
-analysis crosses a namespace). At 1M memories the step took 23 s of a quiet night, most of it over namespaces
-where nothing had moved.
+last computation and where no node's anti-anchoring falls due tonight keeps that computation's rows and
+intents; only the other namespaces are computed again (nothing in the analysis crosses a namespace). At 1M
+memories the step took 23 s of a quiet night, most of it over namespaces where nothing had moved.
 
-Why a namespace that proposed something is always computed again: its intents carry the night's time (a node's
-`reinforcedAt`, a compression mark's `at`), and they are proposed until they land, which changes the inputs.
-Time enters the result otherwise only through anti-anchoring (a node idle for `stale_threshold_days` loses
-confidence), checked per node for tonight.
+Time enters the result in two ways only. Anti-anchoring (a node idle for `stale_threshold_days` loses
+confidence) is checked per node for tonight: a namespace where it may fall due is computed again. And the
+intents carry the night's instant as text (a node's `created_at` and `reinforcedAt`, a compression mark's `at`,
+a dissent's `at`): a namespace whose last computation proposed something that did not land (held for review,
+waiting for approval) proposes it again with tonight's instant, so the kept rows and intents are re-stamped, the
+last computation's instant replaced by tonight's. An instant of the inputs cannot equal it: anything stamped with
+it landed after that computation, which moved the inputs. (Recomputing such namespaces every night cost most of
+the step at 1M: the demo's big namespaces are held by the volume guard night after night.)
 
 A namespace's fingerprint hashes what the analysis reads: of its memories the id, kind, content, importance,
 tags, superseded_by, the metadata's conversation and project ids, node state, compression and contradiction
@@ -37,15 +40,16 @@ from engram_pipelines.config.model import Config
 from engram_pipelines.core.digests import files_digest
 from engram_pipelines.core.duck import duck
 from engram_pipelines.core.sqltext import quoted
+from engram_pipelines.core.timestamps import format_timestamp
 from engram_pipelines.warehouse.kept import read_kept, write_kept
 from engram_pipelines.warehouse.vector_digests import VectorSource, vector_fingerprints
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 KEPT = pa.schema(
     [
         pa.field("namespace", pa.string()),
         pa.field("fingerprint", pa.string()),
-        pa.field("proposed", pa.bool_()),  # the computation proposed something there: never reused
+        pa.field("when", pa.string()),  # the computation's instant, as its intents carry it
     ]
 )
 
@@ -170,6 +174,7 @@ def semantic_reusing(
     """`semantic_extraction` of these inputs in `in_namespace_order`, the namespaces that can be reused taken
     from the last computation; and how many namespaces were computed (only their vectors are read)."""
     cache = cache_root / "semantic_cache"
+    when = format_timestamp(at)
     tonight = namespace_fingerprints(memories, links, pairs, vectors.digests, fading, config)
     kept = _read(cache)
     same = pa.array([], pa.string())
@@ -182,7 +187,7 @@ def semantic_reusing(
             same = (
                 con.sql(
                     "SELECT namespace FROM tonight JOIN kept USING (namespace, fingerprint) "
-                    "WHERE NOT proposed AND namespace NOT IN (SELECT namespace FROM due)"
+                    "WHERE namespace NOT IN (SELECT namespace FROM due)"
                 )
                 .to_arrow_table()["namespace"]
                 .combine_chunks()
@@ -190,17 +195,20 @@ def semantic_reusing(
     computed = tonight.num_rows - len(same)
     parts = []
     if kept is not None and len(same):
-        reused = kept[1].filter(pc.is_in(kept[1]["namespace"], value_set=same))
-        parts.append(AnalysisResult(table=reused, intents=INTENT_SCHEMA.empty_table()))
+        fingerprints, table, intents = kept
+        then = fingerprints["when"][0].as_py() if fingerprints.num_rows else when
+
+        def reused(kept_table: pa.Table) -> pa.Table:
+            return restamped(kept_table.filter(pc.is_in(kept_table["namespace"], value_set=same)), then, when)
+
+        parts.append(AnalysisResult(table=reused(table), intents=reused(intents)))
     if computed:
-
-        def others(table: pa.Table) -> pa.Table:
-            return (
-                table.filter(pc.invert(pc.is_in(table["namespace"], value_set=same))) if len(same) else table
-            )
-
         # Only the computed namespaces' vectors, read once (they are looked up by id for the rows given).
         chosen = pc.filter(tonight["namespace"], pc.invert(pc.is_in(tonight["namespace"], value_set=same)))
+
+        def others(table: pa.Table) -> pa.Table:
+            return table.filter(pc.is_in(table["namespace"], value_set=chosen)) if len(same) else table
+
         parts.append(
             semantic_extraction(
                 others(memories),
@@ -215,10 +223,29 @@ def semantic_reusing(
         )
     result = in_namespace_order(parts)
     if computed:
-        proposed = set(pc.unique(result.intents["namespace"]).to_pylist())
-        marks = pa.array([n in proposed for n in tonight["namespace"].to_pylist()], pa.bool_())
-        _write(cache, tonight.append_column("proposed", marks), result.table)
+        stamps = pa.array([when] * tonight.num_rows, pa.string())
+        _write(cache, tonight.append_column("when", stamps), result.table, result.intents)
     return result, computed
+
+
+def restamped(table: pa.Table, then: str, when: str) -> pa.Table:
+    """`table` with the instant `then` replaced by `when` in every text (and list of texts) column."""
+    if then == when:
+        return table
+
+    def replaced(column: pa.ChunkedArray) -> pa.ChunkedArray:
+        kind = column.type
+        if pa.types.is_string(kind):
+            return pc.replace_substring(column, pattern=then, replacement=when)
+        if pa.types.is_list(kind) and pa.types.is_string(kind.value_type):
+            lists = column.combine_chunks() if column.num_chunks else pa.array([], kind)
+            values = pc.replace_substring(lists.values, pattern=then, replacement=when)
+            return pa.chunked_array(
+                [pa.ListArray.from_arrays(lists.offsets, values, kind, mask=lists.is_null())]
+            )
+        return column
+
+    return pa.table([replaced(c) for c in table.columns], schema=table.schema)
 
 
 def in_namespace_order(parts: list[AnalysisResult]) -> AnalysisResult:
@@ -235,10 +262,10 @@ def in_namespace_order(parts: list[AnalysisResult]) -> AnalysisResult:
     )
 
 
-def _read(cache: Path) -> tuple[pa.Table, pa.Table] | None:
-    tables = read_kept(cache, ("fingerprints", "table"), str(CACHE_VERSION))
-    return None if tables is None else (tables[0].cast(KEPT), tables[1])
+def _read(cache: Path) -> tuple[pa.Table, pa.Table, pa.Table] | None:
+    tables = read_kept(cache, ("fingerprints", "table", "intents"), str(CACHE_VERSION))
+    return None if tables is None else (tables[0].cast(KEPT), tables[1], tables[2])
 
 
-def _write(cache: Path, fingerprints: pa.Table, table: pa.Table) -> None:
-    write_kept(cache, {"fingerprints": fingerprints, "table": table}, str(CACHE_VERSION))
+def _write(cache: Path, fingerprints: pa.Table, table: pa.Table, intents: pa.Table) -> None:
+    write_kept(cache, {"fingerprints": fingerprints, "table": table, "intents": intents}, str(CACHE_VERSION))

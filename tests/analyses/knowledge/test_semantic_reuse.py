@@ -1,5 +1,6 @@
-"""Semantic extraction reused per namespace: only while a namespace's inputs are last night's, its computation
-proposed nothing and no node falls due for anti-anchoring; the result equals a computation of every namespace."""
+"""Semantic extraction reused per namespace: only while a namespace's inputs are last night's and no node falls
+due for anti-anchoring, its proposals re-stamped with tonight's instant; the result equals a computation of
+every namespace."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def _same(result: AnalysisResult, scratch: AnalysisResult) -> bool:
     return result.table.equals(scratch.table) and result.intents.equals(scratch.intents)
 
 
-def test_a_namespace_is_reused_only_while_its_inputs_stay_and_nothing_was_proposed_or_falls_due(tmp_path):
+def test_a_namespace_is_reused_while_its_inputs_stay_and_nothing_falls_due_its_proposals_restamped(tmp_path):
     world = _world()
     first, computed = _reusing(world, AS_OF, tmp_path)
     assert computed == 3 and _same(first, _scratch(world, AS_OF))
@@ -63,17 +64,19 @@ def test_a_namespace_is_reused_only_while_its_inputs_stay_and_nothing_was_propos
     assert proposing == {"ns1"}, "the fixture: only ns1 proposes"
     assert "ns2" in first.table["namespace"].to_pylist(), "ns2's rejected cluster is in the table"
 
-    again, computed = _reusing(world, AS_OF + dt.timedelta(hours=1), tmp_path)
-    assert computed == 1, "ns1 proposed: computed again; ns2 and ns3 reused"
-    assert _same(again, _scratch(world, AS_OF + dt.timedelta(hours=1)))
+    next_night = AS_OF + dt.timedelta(days=1)
+    again, computed = _reusing(world, next_night, tmp_path)
+    assert computed == 0, "nothing moved: ns1's proposal (not landed) is proposed again, re-stamped"
+    assert format_timestamp(next_night) in again.intents["params"][0].as_py()
+    assert _same(again, _scratch(world, next_night))
 
     edited = _world(ns2_text="The team moved the billing service to another host")
-    moved, computed = _reusing(edited, AS_OF, tmp_path)
-    assert computed == 2 and _same(moved, _scratch(edited, AS_OF)), "ns1 and the edited ns2"
+    moved, computed = _reusing(edited, AS_OF + dt.timedelta(days=2), tmp_path)
+    assert computed == 1 and _same(moved, _scratch(edited, AS_OF + dt.timedelta(days=2))), "the edited ns2"
 
     later = AS_OF + dt.timedelta(days=11)  # n3 idle for 31 days
     due, computed = _reusing(edited, later, tmp_path)
-    assert computed == 2 and _same(due, _scratch(edited, later)), "ns1 and ns3"
+    assert computed == 1 and _same(due, _scratch(edited, later)), "ns3"
     assert "ns3" in due.intents["namespace"].to_pylist(), "the anti-anchoring is proposed"
 
 
@@ -92,3 +95,20 @@ def test_anti_anchoring_falls_due_only_for_live_nodes_idle_past_the_threshold():
         episode("y0", axis(1), "c1", namespace="recent"),
     ]
     assert anti_anchoring_due(World(rows).memories(), Config(), AS_OF) == {"idle", "garbled"}
+
+
+def test_restamping_replaces_the_instant_in_texts_and_lists_of_texts_only():
+    from engram_pipelines.analyses.knowledge.semantic_reuse import restamped
+
+    then, when = "2026-11-30T23:59:59.999999Z", "2026-12-01T23:59:59.999999Z"
+    table = pa.table(
+        {
+            "params": [f'{{"at": "{then}"}}', "no instant"],
+            "changes": pa.array([[f"at {then}", "tier"], None], pa.list_(pa.string())),
+            "sources": [2, 3],
+        }
+    )
+    out = restamped(table, then, when)
+    assert out["params"].to_pylist() == [f'{{"at": "{when}"}}', "no instant"]
+    assert out["changes"].to_pylist() == [[f"at {when}", "tier"], None]
+    assert out["sources"].equals(table["sources"]) and out.schema == table.schema
