@@ -382,7 +382,8 @@ class ExecutionConfig(_Section):
     """Carry last night's work over where its inputs did not change: the snapshot reads only changed rows
     (`snapshot.incremental`), vector pairs are compared again only in namespaces whose vectors moved, the
     contradictions are computed again only in namespaces whose inputs moved, the semantic step only in namespaces
-    whose inputs moved, that proposed something last time or where a node's anti-anchoring falls due, and over a
+    whose inputs moved or where a node's anti-anchoring falls due (what it proposed and did not land is proposed
+    again with tonight's instant), and over a
     layered snapshot the embeddings are layered too (only the rows written since its base get vectors; with one
     shard, `execution.shards: 1`). false recomputes every analysis from a full read of the store: the reference
     the incremental nights are held equal to (bench/nightly.py times both).
