@@ -105,3 +105,25 @@ def test_a_layered_partition_reads_as_the_plain_one_it_stands_for(tmp_path):
     wh.link_partition("memories", day2, day3)
     assert wh.read_table("memories", day3).equals(expected)
     assert wh.layers("memories", day3).base.stat().st_ino == wh.table_path("memories", day1).stat().st_ino
+
+
+def test_a_replaced_layered_partition_is_read_again_not_answered_from_the_last_merge(tmp_path):
+    """The merged rows of a layered partition are kept for the night's next readers; a partition written again
+    (new files, same directory) is merged again."""
+    day1, day2 = dt.date(2026, 11, 28), dt.date(2026, 11, 29)
+    wh = Warehouse(tmp_path)
+    base = _rows(list(range(0, 100, 2)), 0.0)
+    wh.write_table("memories", day1, base)
+    for salt, dropped_ids in ((0.5, [4]), (0.25, [4, 6])):
+        delta = _rows([4, 7], salt)
+        dropped = pa.array([f"m{i:06d}" for i in dropped_ids])
+        wh.write_layers("memories", day2, wh.table_path("memories", day1), delta, dropped)
+        keep = pa.compute.invert(pa.compute.is_in(base["id"], value_set=dropped))
+        expected = pa.concat_tables([base.filter(keep), delta]).sort_by("id")
+        for _ in range(2):  # the second read is answered from the kept merge
+            assert wh.read_table("memories", day2, ["id", "content"]).equals(
+                expected.select(["id", "content"])
+            )
+        chosen = wh.read_table("memories", day2, ["content", "id"], namespaces=["ns4"])
+        ns4 = expected.filter(pa.compute.equal(expected["namespace"], "ns4"))
+        assert chosen.equals(ns4.select(["content", "id"]))
