@@ -2,8 +2,9 @@
 
 A namespace's vector pairs depend on nothing but its rows' (id, model, vector) and the engine's settings. Each
 run stores, per shard, the pairs it found and a fingerprint per namespace (an order-free digest of those
-triples, from the vectors' stored digests: `warehouse/vector_digests.py`); the next run recomputes only the namespaces whose fingerprint moved, so a quiet night costs what its
-changes cost, not what the corpus costs (DESIGN §5). The cache lives under <warehouse>/pair_cache/.
+triples, from the vectors' stored digests: `warehouse/vector_digests.py`); the next run reads and compares
+again only the namespaces whose fingerprint moved, so a quiet night costs what its changes cost, not what the
+corpus costs (DESIGN §5). The cache lives under <warehouse>/pair_cache/.
 """
 
 from __future__ import annotations

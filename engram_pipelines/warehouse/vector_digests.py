@@ -6,10 +6,10 @@ The similarity pairs and the semantic step each read the partition's every vecto
 quiet night, most of it the read. The embeddings partition now carries a `digest` column written with the
 vectors; a night reads (id, namespace, model, digest), and the vectors of the namespaces it computes again only.
 
-The digest is a sum of the vector's 64-bit words (two floats each), each times its own odd constant (mod 2^64),
-then mixed (splitmix64's finaliser): two vectors that differ in one word differ in the sum before mixing. It changes only
-with the vector's bits; a change of this function changes every namespace's fingerprint once (each is
-computed again that night), never a result.
+The digest is a sum of the vector's 64-bit words (two floats each), each times its own odd constant (mod
+2^64), then mixed (splitmix64's finaliser): two vectors that differ in one word differ in the sum before mixing.
+It changes only with the vector's bits; a change of this function changes every namespace's fingerprint once
+(each is computed again that night), never a result.
 """
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ def vector_fingerprints(digests: pa.Table) -> pa.Table:
         con.register("v", digests.select(DIGEST_COLUMNS))
         return (
             con.sql(
-                "SELECT namespace, count(*)::VARCHAR || ':' || bit_xor(hash(id, model, digest))::VARCHAR AS fingerprint "
-                "FROM v GROUP BY namespace ORDER BY namespace"
+                "SELECT namespace, count(*)::VARCHAR || ':' || bit_xor(hash(id, model, digest))::VARCHAR "
+                "AS fingerprint FROM v GROUP BY namespace ORDER BY namespace"
             )
             .to_arrow_table()
             .cast(FINGERPRINTS)

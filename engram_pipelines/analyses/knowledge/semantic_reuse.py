@@ -17,8 +17,8 @@ tags, superseded_by, the metadata's conversation and project ids, node state, co
 markers, and of the zone only what decides (may it seed, is a node's source queued for purge, is it live where
 compression marks are made: rows archived by age every night in every namespace changed nothing else and
 made every namespace compute again); its `contradicts` links, its pairs at or above the cluster threshold, its
-vectors (id, model, the values' stored digest: `warehouse/vector_digests.py`), the configuration's fingerprint and the analysis's own source files and word lists.
-The result put together is the one a computation of every namespace gives (the tests hold the two equal).
+vectors (id, model, the values' stored digest: `warehouse/vector_digests.py`), the configuration's fingerprint
+and the analysis's own source files and word lists. The result put together is the one a computation of every namespace gives (the tests hold the two equal).
 """
 
 from __future__ import annotations
