@@ -189,7 +189,8 @@ def sharded_assets(shards: int) -> list[dg.AssetsDefinition]:
             "embedded_content_sha matches the content), else an embedding from the configured embedder "
             "(embeddings.embedder; default all-MiniLM-L6-v2 int8, offline), cached in the warehouse by model and "
             "content hash so only new or changed rows are ever embedded. Each vector keeps its model name; "
-            "vectors of two models are never compared. Rows marked embeddingExcluded are left out. One step per "
+            "vectors of two models are never compared; each carries a 64-bit digest of its values, which the "
+            "reusing steps compare without reading vectors. Rows marked embeddingExcluded are left out. One step per "
             "namespace hash shard (execution.shards), run in parallel by the executor, then a combine step."
         ),
     )
