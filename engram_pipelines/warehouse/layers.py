@@ -60,6 +60,20 @@ def _kept(path: Path, namespaces: pa.Array | None, dropped: pa.Array | None) -> 
     return keep, table["id"].filter(keep).combine_chunks()
 
 
+def _merge_order(layers: Layers, chosen: pa.Array | None) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """(the base's rows kept, the delta's rows kept, the merged id order of the kept rows: the base's, then the
+    delta's)."""
+    dropped = pq.read_table(layers.dropped)["id"].combine_chunks()
+    base_keep, base_ids = _kept(layers.base, chosen, dropped)
+    delta_keep, delta_ids = _kept(layers.delta, chosen, None)
+    # The two are each in id order; one sort of their ids (nearly sorted: 60 ms at 1M) gives the merged order.
+    return (
+        base_keep,
+        delta_keep,
+        pc.sort_indices(pa.chunked_array([base_ids, delta_ids], pa.string())).to_numpy(),
+    )
+
+
 def read_layered(
     layers: Layers, columns: list[str] | None = None, namespaces: list[str] | None = None
 ) -> pa.Table:
@@ -72,22 +86,24 @@ def read_layered(
     chosen = None if namespaces is None else pa.array(namespaces, pa.string())
     vectors = [n for n in wanted if is_vector(f := schema.field(n)) and pa.types.is_fixed_size_list(f.type)]
     merged: dict[str, pa.ChunkedArray | pa.Array] = {}
-    if len(vectors) < len(wanted):
-        rows = _merged_rows(layers, schema)
-        if chosen is not None:
-            rows = rows.filter(pc.is_in(rows["namespace"], value_set=chosen))
-        merged.update({name: rows[name] for name in wanted if name not in vectors})
+    plain = [n for n in wanted if n not in vectors]
+    if plain:
+        key = _identity(layers)
+        if chosen is None or key in _MERGED:
+            rows = _merged_rows(layers, schema, key)
+            if chosen is not None:
+                rows = rows.filter(pc.is_in(rows["namespace"], value_set=chosen))
+        else:  # some namespaces (a shard's step, in a process of its own): only their rows, not kept
+            rows = _merge(layers, schema, plain, chosen)
+        merged.update({name: rows[name] for name in plain})
     if vectors:
-        dropped = pq.read_table(layers.dropped)["id"].combine_chunks()
-        base_keep, base_ids = _kept(layers.base, chosen, dropped)
-        delta_keep, delta_ids = _kept(layers.delta, chosen, None)
-        # The two are each in id order; one sort of their ids (nearly sorted: 60 ms at 1M) gives the merged order.
-        order = pc.sort_indices(pa.chunked_array([base_ids, delta_ids], pa.string())).to_numpy()
+        base_keep, delta_keep, order = _merge_order(layers, chosen)
         at = np.empty(len(order), dtype=np.int64)
         at[order] = np.arange(len(order))  # where each source row (base kept, then delta) lands
+        kept_in_base = int(pc.sum(base_keep).as_py() or 0)
         sources = [
-            (layers.base, base_keep, at[: len(base_ids)]),
-            (layers.delta, delta_keep, at[len(base_ids) :]),
+            (layers.base, base_keep, at[:kept_in_base]),
+            (layers.delta, delta_keep, at[kept_in_base:]),
         ]
         for name in vectors:
             merged[name] = _scattered(sources, name, schema.field(name).type, len(order))
@@ -109,34 +125,34 @@ def _identity(layers: Layers) -> tuple[tuple[str, int, int, int], ...]:
     return tuple((path, st.st_ino, st.st_mtime_ns, st.st_size) for path, st in stats)
 
 
-def _merged_rows(layers: Layers, schema: pa.Schema) -> pa.Table:
+def _merged_rows(layers: Layers, schema: pa.Schema, key: tuple[tuple[str, int, int, int], ...]) -> pa.Table:
     """Every column of the partition but the float vectors, in id order (kept for the next reader)."""
-    key = _identity(layers)
     if key in _MERGED:
         _MERGED.move_to_end(key)
         return _MERGED[key]
     plain = [f.name for f in schema if not (is_vector(f) and pa.types.is_fixed_size_list(f.type))]
-    dropped = pq.read_table(layers.dropped)["id"].combine_chunks()
-    base_keep, base_ids = _kept(layers.base, None, dropped)
-    _, delta_ids = _kept(layers.delta, None, None)
-    order = pc.sort_indices(pa.chunked_array([base_ids, delta_ids], pa.string())).to_numpy()
-    # One take straight from the two files' rows (no filtered copy first: at 1M memories each copy of the
-    # text columns is hundreds of MB), in batches of the plain read's size for the readers downstream.
-    base = pq.read_table(layers.base, columns=plain)
-    rows_of = np.concatenate(
-        [
-            np.flatnonzero(base_keep.to_numpy(zero_copy_only=False)),
-            base.num_rows + np.arange(len(delta_ids)),
-        ]
-    )
-    delta = pq.read_table(layers.delta, columns=plain).cast(pa.schema([schema.field(n) for n in plain]))
-    rows = pa.concat_tables([base, delta]).take(rows_of[order])
-    del base, delta
-    rows = pa.Table.from_batches(rows.to_batches(max_chunksize=65_536), schema=rows.schema)
-    _MERGED[key] = rows
+    rows = _MERGED[key] = _merge(layers, schema, plain, None)
     while len(_MERGED) > _MERGED_KEPT:
         _MERGED.popitem(last=False)
     return rows
+
+
+def _merge(layers: Layers, schema: pa.Schema, columns: list[str], chosen: pa.Array | None) -> pa.Table:
+    """`columns` (no float vectors) of the partition's rows (of the `chosen` namespaces), in id order."""
+    base_keep, delta_keep, order = _merge_order(layers, chosen)
+    # One take straight from the two files' rows (no filtered copy first: at 1M memories each copy of the
+    # text columns is hundreds of MB), in batches of the plain read's size for the readers downstream.
+    base = pq.read_table(layers.base, columns=columns)
+    rows_of = np.concatenate(
+        [
+            np.flatnonzero(base_keep.to_numpy(zero_copy_only=False)),
+            base.num_rows + np.flatnonzero(delta_keep.to_numpy(zero_copy_only=False)),
+        ]
+    )
+    delta = pq.read_table(layers.delta, columns=columns).cast(pa.schema([schema.field(n) for n in columns]))
+    rows = pa.concat_tables([base, delta]).take(rows_of[order])
+    del base, delta
+    return pa.Table.from_batches(rows.to_batches(max_chunksize=65_536), schema=rows.schema)
 
 
 def _scattered(

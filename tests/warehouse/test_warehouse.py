@@ -86,6 +86,9 @@ def test_a_layered_partition_reads_as_the_plain_one_it_stands_for(tmp_path):
     expected = pa.concat_tables([base.filter(keep), delta]).sort_by("id")
 
     assert wh.layers("memories", day2) is not None and wh.has_table("memories", day2)
+    # A shard first: its rows merged on their own (a shard's step); then the whole, kept for later readers.
+    shards = [wh.read_shard("memories", day2, shard, 3, ["id", "vector"]) for shard in range(3)]
+    assert pa.concat_tables(shards).sort_by("id").equals(expected.select(["id", "vector"]))
     whole = wh.read_table("memories", day2)
     assert whole.equals(expected)
     assert whole["vector"].num_chunks == 1 and whole["vector"].null_count == expected["vector"].null_count
