@@ -124,8 +124,9 @@ def partition_vectors(
     memories: pa.Table, embedder: Embedder, warehouse_root: Path, *, progress: Progress | None = None
 ) -> tuple[pa.Table, VectorStats]:
     """(id, namespace, model, source, vector, digest) for every comparable memory of the snapshot, in the
-    snapshot's order (id order), and counts (the digest: `warehouse/vector_digests.py`). The order is the input's whatever each row's source, so the vectors of a
-    layered partition's rows (`embedding_layers.py`) equal those a full recompute finds, row for row.
+    snapshot's order (id order), and counts (the digest: `warehouse/vector_digests.py`). The order is the
+    input's whatever each row's source, so the vectors of a layered partition's rows (`embedding_layers.py`)
+    equal those a full recompute finds, row for row.
 
     Stored vectors are passed on without a copy when every row keeps its own (the usual night): at 1M x 384 each
     copy is 1.5 GB of peak memory."""

@@ -18,7 +18,8 @@ markers, and of the zone only what decides (may it seed, is a node's source queu
 compression marks are made: rows archived by age every night in every namespace changed nothing else and
 made every namespace compute again); its `contradicts` links, its pairs at or above the cluster threshold, its
 vectors (id, model, the values' stored digest: `warehouse/vector_digests.py`), the configuration's fingerprint
-and the analysis's own source files and word lists. The result put together is the one a computation of every namespace gives (the tests hold the two equal).
+and the analysis's own source files and word lists. The result put together is the one a computation of every
+namespace gives (the tests hold the two equal).
 """
 
 from __future__ import annotations
