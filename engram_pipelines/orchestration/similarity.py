@@ -84,9 +84,7 @@ def _combine_embeddings(
     embedder_name = config.embeddings.embedder
     sources = value_counts(table, "source")
     return {
-        **standard(
-            pq.read_schema(layers.base if layers else wh.table_path("embeddings", as_of)), table.num_rows
-        ),
+        **standard(wh.schema("embeddings", as_of), table.num_rows),
         "dagster/column_lineage": column_lineage(_EMBEDDINGS_LINEAGE),
         # Layered: the vectors of the rows written since the snapshot's base were found tonight, the others
         # (and their `source`) on the night that base was read.

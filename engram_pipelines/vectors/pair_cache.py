@@ -52,8 +52,7 @@ def cached_vector_pairs(
     tonight = vector_fingerprints(vectors.digests)
     stored, before = _stored(path) if reuse else (None, None)
     same = _unchanged(tonight, before) if stored is not None else pa.array([], pa.string())
-    changed = pc.filter(tonight["namespace"], pc.invert(pc.is_in(tonight["namespace"], value_set=same)))
-    compared = vectors.load(changed.to_pylist() if len(same) else None)
+    compared = vectors.load_except(same)
     fresh, methods = vector_pairs(compared, threshold, exact_cutoff=exact_cutoff, progress=progress)
     del compared
     reused = stored.filter(pc.is_in(stored["namespace"], value_set=same)) if stored is not None else None

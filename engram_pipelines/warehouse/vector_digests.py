@@ -100,6 +100,13 @@ class VectorSource:
     digests: pa.Table
     load: Callable[[list[str] | None], pa.Table]
 
+    def load_except(self, reused: pa.Array) -> pa.Table:
+        """The vectors of every namespace but the `reused` ones (all of them, read whole, when none is)."""
+        if not len(reused):
+            return self.load(None)
+        present = pc.unique(self.digests["namespace"])
+        return self.load(pc.filter(present, pc.invert(pc.is_in(present, value_set=reused))).to_pylist())
+
     @classmethod
     def of(cls, vectors: pa.Table) -> VectorSource:
         """The source of a table in memory (its digests computed when it has none)."""

@@ -204,18 +204,18 @@ def semantic_reusing(
 
         parts.append(AnalysisResult(table=reused(table), intents=reused(intents)))
     if computed:
-        # Only the computed namespaces' vectors, read once (they are looked up by id for the rows given).
-        chosen = pc.filter(tonight["namespace"], pc.invert(pc.is_in(tonight["namespace"], value_set=same)))
 
         def others(table: pa.Table) -> pa.Table:
-            return table.filter(pc.is_in(table["namespace"], value_set=chosen)) if len(same) else table
+            return (
+                table.filter(pc.invert(pc.is_in(table["namespace"], value_set=same))) if len(same) else table
+            )
 
         parts.append(
             semantic_extraction(
                 others(memories),
                 others(links),
                 others(pairs),
-                vectors.load(chosen.to_pylist() if len(same) else None),
+                vectors.load_except(same),  # only the computed namespaces' vectors are read
                 config,
                 at,
                 fading=fading,
