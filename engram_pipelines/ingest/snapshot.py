@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from engram_pipelines.core import records
 from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress, SilentProgress
+from engram_pipelines.core.sqltext import quoted
 from engram_pipelines.store import Store
 from engram_pipelines.warehouse.parquet import read_parquet
 from engram_pipelines.warehouse.schemas import memory_row_problems
@@ -66,6 +67,8 @@ class SnapshotResult:
     full_reason: str = ""  # why a full read (empty when incremental)
     reread: int = 0  # memories read from the store (all of them when full)
     deleted: int = 0  # memories of the previous partition gone from the store (incremental)
+    links_read: int = 0  # links read from the store (all of them when full)
+    links_full_reason: str = ""  # why the links were read whole (empty when carried over)
 
     @property
     def rows_read(self) -> int:
@@ -124,16 +127,81 @@ def take_snapshot(
     result.memories_path = str(warehouse.partition_dir("memories", as_of))
     result.quarantine_path = str(warehouse.table_path("quarantine", as_of))
 
-    progress.start("snapshot links", store.count("memory_links"))
-    with warehouse.partition_writer("links", as_of, records.LINK_SCHEMA) as links:
-        for batch in store.iter_link_batches(batch_size):
-            links.write_batch(batch)
-            result.links += batch.num_rows
-            progress.advance(batch.num_rows)
-    progress.finish()
+    links_mark = _snapshot_links(store, warehouse, as_of, previous, batch_size, progress, result)
     result.links_path = str(warehouse.table_path("links", as_of))
-    _write_state(warehouse, as_of, store, embedding_dim, full_at)
+    consumed = _saved_links_mark(store, warehouse)
+    _write_state(warehouse, as_of, store, embedding_dim, full_at, links_mark)
+    if consumed is not None:
+        # What the night before this one read: a night of slack for a re-run of the night before.
+        store.prune_link_journal(consumed)
     return result
+
+
+def _snapshot_links(
+    store: Store,
+    warehouse: Warehouse,
+    as_of: dt.date,
+    previous: dict[str, str] | None,
+    batch_size: int,
+    progress: Progress,
+    result: SnapshotResult,
+) -> int:
+    """Write `as_of`'s links; returns the store's link journal mark taken before they were read.
+
+    Incremental when the previous snapshot is a trusted base and saved its mark: the links journaled since
+    (inserted, updated or deleted) are read again by key and merged into the previous partition; the rest is
+    carried over (a quiet night links the previous file). A full read otherwise, or when the journal lost
+    entries from that mark on, or when so many links changed that one read is cheaper."""
+    mark = store.link_journal_mark()  # before the read: what is written meanwhile is read again next night
+    total = store.count("memory_links")
+    keys = None
+    if (
+        previous is None
+        or "links_mark" not in previous
+        or not warehouse.has_table("links", dt.date.fromisoformat(previous["as_of"]))
+    ):
+        result.links_full_reason = "no earlier snapshot to carry the links over from"
+    elif (keys := store.link_journal_keys(int(previous["links_mark"]))) is None:
+        result.links_full_reason = "the store's link journal was pruned past the last snapshot's mark"
+    elif len(keys) > FULL_READ_SHARE * total:
+        result.links_full_reason = f"{len(keys):,} of {total:,} links written since the last snapshot"
+        keys = None
+    if keys is None:
+        progress.start("snapshot links", total)
+        with warehouse.partition_writer("links", as_of, records.LINK_SCHEMA) as links:
+            for batch in store.iter_link_batches(batch_size):
+                links.write_batch(batch)
+                result.links += batch.num_rows
+                result.links_read += batch.num_rows
+                progress.advance(batch.num_rows)
+        progress.finish()
+        return mark
+    assert previous is not None
+    base = dt.date.fromisoformat(previous["as_of"])
+    if not len(keys):
+        warehouse.link_partition("links", base, as_of)
+        result.links = pq.ParquetFile(warehouse.table_path("links", as_of)).metadata.num_rows
+        return mark
+    progress.start("snapshot links (written since the last snapshot)", len(keys))
+    fresh = store.links_of(keys)
+    progress.advance(len(keys))
+    progress.finish()
+    with duck() as con:
+        con.register("journaled", keys)
+        con.register("reread", fresh)
+        # A link written between the journal read and the row read is in `fresh` without its key: both are
+        # taken out of the previous partition.
+        links = con.sql(
+            # Not hive-partitioned: the file's as_of=D folder would add a column.
+            f"SELECT * FROM read_parquet({quoted(str(warehouse.table_path('links', base)))}, "
+            "hive_partitioning = false) ANTI JOIN "
+            "(SELECT src_id, dst_id, kind FROM journaled UNION SELECT src_id, dst_id, kind FROM reread) "
+            "USING (src_id, dst_id, kind) "
+            "UNION ALL SELECT * FROM reread ORDER BY src_id, dst_id, kind"
+        ).to_arrow_table()
+    warehouse.write_table("links", as_of, links.cast(records.LINK_SCHEMA))
+    result.links, result.links_read = links.num_rows, fresh.num_rows
+    return mark
 
 
 def _full(
@@ -290,9 +358,10 @@ def _store_identity(store: Store) -> str:
 
 
 def _write_state(
-    warehouse: Warehouse, as_of: dt.date, store: Store, embedding_dim: int, full_at: dt.date
+    warehouse: Warehouse, as_of: dt.date, store: Store, embedding_dim: int, full_at: dt.date, links_mark: int
 ) -> None:
     state = {
+        "links_mark": links_mark,
         "format": STATE_FORMAT,
         "as_of": as_of.isoformat(),
         "full_at": full_at.isoformat(),
@@ -333,7 +402,23 @@ def _trusted_base(
     for table in ("memories", "quarantine", SIGNATURES):
         if not warehouse.has_table(table, base):
             return None, f"the earlier snapshot's {table} of {base} is missing"
-    return {"as_of": state["as_of"], "full_at": state["full_at"]}, ""
+    base_state = {"as_of": state["as_of"], "full_at": state["full_at"]}
+    if isinstance(state.get("links_mark"), int):
+        base_state["links_mark"] = str(state["links_mark"])
+    return base_state, ""
+
+
+def _saved_links_mark(store: Store, warehouse: Warehouse) -> int | None:
+    """The link journal mark the last snapshot of this store into this warehouse saved, whatever its mode."""
+    path = warehouse.tables_root / STATE_FILE
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or state.get("store") != _store_identity(store):
+        return None
+    mark = state.get("links_mark")
+    return mark if isinstance(mark, int) else None
 
 
 def _without_unusable_vectors(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, int]:

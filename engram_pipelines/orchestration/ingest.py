@@ -65,6 +65,10 @@ def memory_snapshot(
     else:
         context.log.info(f"full snapshot: {result.full_reason}")
     context.log.info(
+        f"links: {result.links_read} read from the store"
+        + (f" (whole: {result.links_full_reason})" if result.links_full_reason else ", the rest carried over")
+    )
+    context.log.info(
         f"snapshot {as_of}: {result.memories} memories, {result.quarantined} quarantined, {result.links} links"
     )
     if result.vectors_dropped:
@@ -84,6 +88,8 @@ def memory_snapshot(
             "full_reason": result.full_reason,
             "invalid_fraction": float(result.invalid_fraction),
             "links": result.links,
+            "links_read": result.links_read,
+            "links_full_reason": result.links_full_reason,
             "resumed_change_sets": dg.MetadataValue.json([r.as_dict() for r in resumed_sets]),
             "namespaces": len(result.namespaces),
             "rows_per_namespace": dg.MetadataValue.json(result.namespaces),

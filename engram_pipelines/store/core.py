@@ -126,7 +126,72 @@ class StoreCore(ABC):
         binary order (as DuckDB and Arrow sort), whatever the database's collation."""
 
     @abstractmethod
-    def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]: ...
+    def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
+        """Stream every link, ordered by (src_id, dst_id, kind) in binary order."""
+
+    # The link journal (migration 5): where an entry sits in the journal's order, and the mark a snapshot
+    # takes before it reads (entries at or after it are read again next time). SQLite: the sequence;
+    # PostgreSQL: the transaction id, because it commits in another order than it numbers.
+    _JOURNAL_POSITION: str
+    _JOURNAL_MARK_SQL: str
+
+    def _link_timestamp_sql(self, column: str) -> str:
+        """A link timestamp column as the store's one text form (`...Z`, microseconds)."""
+        return column
+
+    def link_journal_mark(self) -> int:
+        """The journal position a read that starts now has seen everything before."""
+        return int(self.query(self._JOURNAL_MARK_SQL)[0][0])
+
+    def link_journal_keys(self, since: int) -> pa.Table | None:
+        """The keys (src_id, dst_id, kind) of the links inserted, updated or deleted from the mark `since` on,
+        in binary order; None when entries from that mark on were pruned (read the links whole)."""
+        rows = self.query(
+            f"SELECT DISTINCT src_id, dst_id, kind FROM link_journal WHERE {self._JOURNAL_POSITION} >= ?",
+            (since,),
+        )
+        # Checked after the keys were read: a prune that committed before or during that read shows here.
+        if since < int(self.query("SELECT pruned_below FROM link_journal_state")[0][0]):
+            return None
+        keys = pa.table(
+            [pa.array(list(column), pa.string()) for column in zip(*rows, strict=True)]
+            if rows
+            else [pa.array([], pa.string())] * 3,
+            names=list(LINK_KEY),
+        )
+        return keys.sort_by([(name, "ascending") for name in LINK_KEY])
+
+    def links_of(self, keys: pa.Table, chunk: int = 500) -> pa.Table:
+        """The links that exist now among `keys` (a table of src_id, dst_id, kind), in binary key order."""
+        columns = [
+            self._link_timestamp_sql(c) if c in records.LINK_TIMESTAMP_COLUMNS else c
+            for c in records.LINK_COLUMNS
+        ]
+        values = list(zip(*(keys[name].to_pylist() for name in LINK_KEY), strict=True))
+        rows: list[tuple] = []
+        with self.read_transaction():
+            cur = self.conn.cursor()
+            for start in range(0, len(values), chunk):
+                part = values[start : start + chunk]
+                cur.execute(
+                    self._sql(
+                        f"SELECT {', '.join(columns)} FROM memory_links WHERE (src_id, dst_id, kind) IN "
+                        f"(VALUES {', '.join(['(?, ?, ?)'] * len(part))})"
+                    ),
+                    [value for key in part for value in key],
+                )
+                rows += cur.fetchall()
+        return link_table(rows).sort_by([(name, "ascending") for name in LINK_KEY])
+
+    def prune_link_journal(self, below: int) -> None:
+        """Drop the journal's entries before the mark `below` (every reader that needs them read the links
+        whole instead)."""
+        with self.write_transaction() as cur:
+            cur.execute(self._sql(f"DELETE FROM link_journal WHERE {self._JOURNAL_POSITION} < ?"), (below,))
+            cur.execute(
+                self._sql("UPDATE link_journal_state SET pruned_below = ? WHERE pruned_below < ?"),
+                (below, below),
+            )
 
     @abstractmethod
     def read_ahead(self, progress: Progress) -> None:
@@ -258,6 +323,23 @@ class StoreCore(ABC):
         for name, value in zip(columns, row, strict=True):
             out[name] = self._decode_embedding(value) if name == "embedding" else self._from_db(name, value)
         return out
+
+
+LINK_KEY = ("src_id", "dst_id", "kind")
+
+
+def link_table(rows: Sequence[tuple]) -> pa.Table:
+    """Link rows (records.LINK_COLUMNS, timestamps as the store's text) as a table of LINK_SCHEMA."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(records.LINK_FIELDS)
+    return pa.table(
+        [
+            pa.array(values, pa.string()).cast(f.type)
+            if f.type == records.TIMESTAMP
+            else pa.array(values, f.type)
+            for values, f in zip(columns, records.LINK_FIELDS, strict=True)
+        ],
+        schema=records.LINK_SCHEMA,
+    )
 
 
 def rebatched(parts: Iterable[list[tuple]], size: int) -> Iterator[list[tuple]]:

@@ -349,15 +349,25 @@ class PostgresStore(Store):
     def read_ahead(self, progress: Progress) -> None:
         """Nothing: the server reads its own files and keeps its own cache (`pg_prewarm` is the operator's tool)."""
 
+    # The oldest transaction still running: every entry of a transaction that had not committed when a read
+    # began sits at or after it.
+    _JOURNAL_POSITION = "xid"
+    _JOURNAL_MARK_SQL = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+
+    def _link_timestamp_sql(self, column: str) -> str:
+        return _LINK_TIMESTAMP_TEXT.format(column)
+
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
         """The links as CSV from COPY, parsed by Arrow: a Python tuple per link made the link read a fifth of a
         later night's snapshot once the first night had written its temporal edges (~2.9M at 1M memories)."""
         columns = [
-            _LINK_TIMESTAMP_TEXT.format(c) if c in records.LINK_TIMESTAMP_COLUMNS else c
+            self._link_timestamp_sql(c) if c in records.LINK_TIMESTAMP_COLUMNS else c
             for c in records.LINK_COLUMNS
         ]
+        # Binary order (COLLATE "C"), as SQLite, DuckDB and Arrow sort: one order for every snapshot.
+        order = ", ".join(f'{c} COLLATE "C"' for c in ("src_id", "dst_id", "kind"))
         query = (
-            f"COPY (SELECT {', '.join(columns)} FROM memory_links ORDER BY src_id, dst_id, kind) "
+            f"COPY (SELECT {', '.join(columns)} FROM memory_links ORDER BY {order}) "
             "TO STDOUT WITH (FORMAT csv)"
         )
         with self._stream(None) as cur, cur.copy(query) as copy:

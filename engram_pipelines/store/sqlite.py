@@ -35,6 +35,7 @@ from engram_pipelines.store.core import (
     StoreError,
     embedding_array,
     id_chunks,
+    link_table,
     rebatched,
 )
 from engram_pipelines.warehouse.schemas import with_row_problems
@@ -151,6 +152,12 @@ class SQLiteStore(Store):
 
     def _sql(self, sql: str) -> str:
         return sql
+
+    # One writer at a time: the next sequence number marks everything committed before it.
+    _JOURNAL_POSITION = "seq"
+    _JOURNAL_MARK_SQL = (
+        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'link_journal'), 0) + 1"
+    )
 
     def _json_object(self, pairs: Sequence[tuple[str, str]]) -> str:
         return "json_object(" + ", ".join(f"'{k}', {v}" for k, v in pairs) + ")"
@@ -283,14 +290,7 @@ class SQLiteStore(Store):
             f"SELECT {', '.join(records.LINK_COLUMNS)} FROM memory_links ORDER BY src_id, dst_id, kind"
         )
         while rows := cur.fetchmany(batch_size):
-            cols = list(zip(*rows, strict=True))
-            arrays = [
-                pa.array(values, type=pa.string()).cast(f.type)
-                if f.type == records.TIMESTAMP
-                else pa.array(values, f.type)
-                for values, f in zip(cols, records.LINK_FIELDS, strict=True)
-            ]
-            yield pa.RecordBatch.from_arrays(arrays, schema=records.LINK_SCHEMA)
+            yield from link_table(rows).to_batches()
 
 
 def _memory_batch(

@@ -222,3 +222,132 @@ def test_incremental_nights_write_layers_until_the_rows_written_since_outgrow_th
     assert warehouse.layers("memories", day) is None
     take_snapshot(store, full, day, incremental=False)
     assert _partition(warehouse, "memories", day).equals(_partition(full, "memories", day))
+
+
+def test_links_are_read_again_only_where_the_journal_says_and_equal_a_full_read(store, tmp_path):
+    """Links inserted, re-weighted, traversed, deleted (through the API and by a raw writer), re-keyed and
+    restored: each night the links carried over plus those journaled since equal a full read; a quiet night
+    reads none and shares the previous file."""
+    import datetime as dt
+
+    from engram_pipelines.warehouse.tables import Warehouse
+    from tests.support.world import link
+
+    store.insert_memories([memory(i, namespace="ns1") for i in range(30)])
+    store.insert_links([link(f"m{i}", f"m{i + 1}", "temporal_next") for i in range(20)])
+    incremental, full = Warehouse(tmp_path / "incremental"), Warehouse(tmp_path / "full")
+
+    def raw(sql: str, *params: object) -> None:  # a writer that bypasses the store's API
+        with store.write_transaction() as cur:
+            cur.execute(store._sql(sql), params)
+
+    def night(days: int, expect_read: int | None):
+        day = AS_OF + dt.timedelta(days=days)
+        inc = take_snapshot(store, incremental, day, batch_size=7)
+        take_snapshot(store, full, day, batch_size=7, incremental=False)
+        assert _partition(incremental, "links", day).equals(_partition(full, "links", day))
+        if expect_read is not None:
+            assert inc.links_read == expect_read and not inc.links_full_reason, inc.links_full_reason
+        return inc
+
+    first = night(0, None)
+    assert first.links_read == 20 and first.links_full_reason
+    quiet = night(1, 0)
+    assert quiet.links == 20
+    assert incremental.table_path("links", AS_OF + dt.timedelta(days=1)).samefile(
+        incremental.table_path("links", AS_OF)
+    )
+    # An insert, a new weight, a traversal, a delete by a raw writer, a key changed in place.
+    store.insert_links([link("m25", "m26", "similar", weight=0.9)])
+    raw("UPDATE memory_links SET weight = 0.25 WHERE src_id = ? AND kind = 'temporal_next'", "m1")
+    raw("UPDATE memory_links SET traversed_at = updated_at WHERE src_id = ?", "m2")
+    raw("DELETE FROM memory_links WHERE src_id = ?", "m3")
+    raw("UPDATE memory_links SET kind = 'similar' WHERE src_id = ?", "m4")
+    busy = night(2, 4)  # m25, m1, m2 and the re-keyed m4 read; m3 and m4's old key only dropped
+    assert busy.links == 20
+    # The deleted link comes back as it was; the new one goes.
+    store.insert_links([link("m3", "m4", "temporal_next")])
+    raw("DELETE FROM memory_links WHERE src_id = ?", "m25")
+    night(3, 1)
+    night(4, 0)
+
+
+def test_a_link_journal_pruned_past_a_warehouse_mark_means_a_full_read(store, tmp_path):
+    """Each snapshot prunes the journal up to what the night before it read; a second warehouse whose mark is
+    older reads the links whole instead of missing what was pruned, as does one after many links changed."""
+    import datetime as dt
+
+    from engram_pipelines.warehouse.tables import Warehouse
+    from tests.support.world import link
+
+    store.insert_memories([memory(i, namespace="ns1") for i in range(30)])
+    store.insert_links([link(f"m{i}", f"m{i + 1}", "temporal_next") for i in range(20)])
+    nightly, lagging = Warehouse(tmp_path / "nightly"), Warehouse(tmp_path / "lagging")
+    take_snapshot(store, nightly, AS_OF)
+    take_snapshot(store, lagging, AS_OF)
+    for day in (1, 2, 3):
+        store.insert_links([link(f"m{day}", f"m{day + 5}", "similar")])
+        assert take_snapshot(store, nightly, AS_OF + dt.timedelta(days=day)).links_read == 1
+    journaled = store.query("SELECT count(*) FROM link_journal")[0][0]
+    assert journaled == 1  # the last night's insert: the earlier ones were read and then pruned
+    late = take_snapshot(store, lagging, AS_OF + dt.timedelta(days=3))
+    assert "pruned" in late.links_full_reason and late.links == 23
+    store.insert_links([link(f"m{i}", f"m{i + 2}", "similar") for i in range(10)])
+    many = take_snapshot(store, nightly, AS_OF + dt.timedelta(days=4))
+    assert "10 of 33 links written since the last snapshot" in many.links_full_reason and many.links == 33
+
+
+def test_links_written_by_a_transaction_open_during_a_snapshot_are_read_the_next_night(
+    store, store_url, tmp_path
+):
+    """PostgreSQL numbers journal entries in another order than it commits them: a link written by a
+    transaction still open when the snapshot began is read the next night, not skipped by the mark."""
+    import datetime as dt
+
+    from engram_pipelines.core import records
+    from engram_pipelines.warehouse.tables import Warehouse
+    from tests.support.world import link
+
+    store.insert_memories([memory(i, namespace="ns1") for i in range(30)])
+    store.insert_links([link(f"m{i}", f"m{i + 1}", "similar") for i in range(10, 20)])
+    warehouse, full = Warehouse(tmp_path / "wh"), Warehouse(tmp_path / "full")
+    writer = open_store(store_url)
+    try:
+        late = link("m2", "m3", "temporal_next")
+        with writer.write_transaction() as cur:
+            cur.execute(
+                writer._sql(
+                    f"INSERT INTO memory_links ({', '.join(records.LINK_COLUMNS)}) "
+                    f"VALUES ({', '.join('?' * len(records.LINK_COLUMNS))})"
+                ),
+                tuple(writer._to_db(c, late[c]) for c in records.LINK_COLUMNS),
+            )
+            during = take_snapshot(store, warehouse, AS_OF)  # the insert is not committed yet
+        assert during.links == 10
+    finally:
+        writer.close()
+    store.insert_links([link("m3", "m4", "similar")])
+    day = AS_OF + dt.timedelta(days=1)
+    after = take_snapshot(store, warehouse, day)
+    take_snapshot(store, full, day, incremental=False)
+    assert (after.links, after.links_read, after.links_full_reason) == (12, 2, "")
+    assert _partition(warehouse, "links", day).equals(_partition(full, "links", day))
+
+
+def test_every_link_removed_at_once_is_seen_by_the_next_snapshot(store, tmp_path):
+    """TRUNCATE on PostgreSQL (no row trigger sees it: the journal counts as pruned), a DELETE of every row on
+    SQLite (its row triggers journal each)."""
+    import datetime as dt
+
+    from engram_pipelines.warehouse.tables import Warehouse
+    from tests.support.world import link
+
+    store.insert_memories([memory(i, namespace="ns1") for i in range(10)])
+    store.insert_links([link(f"m{i}", f"m{i + 1}", "temporal_next") for i in range(5)])
+    warehouse = Warehouse(tmp_path / "wh")
+    take_snapshot(store, warehouse, AS_OF)
+    with store.write_transaction() as cur:
+        cur.execute("DELETE FROM memory_links" if store.dialect == "sqlite" else "TRUNCATE memory_links")
+    emptied = take_snapshot(store, warehouse, AS_OF + dt.timedelta(days=1))
+    assert emptied.links == 0
+    assert warehouse.read_table("links", AS_OF + dt.timedelta(days=1)).num_rows == 0
