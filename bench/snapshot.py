@@ -5,9 +5,11 @@ state is snapshotted twice, incrementally and fully, into two warehouses; the pa
 the seconds of each and the ratio.
 
 Scenarios: a quiet night (nothing written), and two nights where 1% of the rows changed (half edited by an
-agent, half read: access bookkeeping), plus 0.1% new rows and 0.1% deleted. An incremental night writes only
-the rows written since the last full read beside that read's file (a layered partition); the second such night
-keeps the same file. Also timed: reading the whole partition back (vectors included), layered against plain.
+agent, half read: access bookkeeping), plus 0.1% new rows and 0.1% deleted, and 0.7% of the links written
+(re-weighted, deleted, new). Two links per memory are added to the demo's (2.2 in all; a first night at 1M
+leaves 2.9). An incremental night writes only the rows written since the last full read beside that read's
+file (a layered partition); the second such night keeps the same file; the links journaled since the last
+snapshot are read again and merged into its links. Also timed: reading the whole partition back (vectors included), layered against plain.
 
     .venv/bin/python bench/snapshot.py [--size 100000] [--postgres]
 """
@@ -45,6 +47,42 @@ def store_url(postgres: bool, root: Path) -> Iterator[str]:
 
     with PostgresServer() as server:
         yield server.create_database("engram_bench_snapshot")
+
+
+def link_up(store: Store) -> None:
+    """Links as a first night leaves them (2.9M at 1M memories, three per memory; the demo has one per four):
+    each memory to the next and to the one after in its namespace by creation time."""
+    for kind, step in (("temporal", 1), ("associated", 2)):
+        with store.write_transaction() as cur:
+            cur.execute(
+                store._sql(
+                    "INSERT INTO memory_links (namespace, src_id, dst_id, kind, weight, origin, created_at, "
+                    "updated_at) SELECT namespace, id, next_id, ?, 0.5, 'pipeline', created_at, created_at FROM "
+                    f"(SELECT namespace, id, created_at, lead(id, {step}) OVER (PARTITION BY namespace "
+                    "ORDER BY created_at, id) AS next_id FROM memories) t WHERE next_id IS NOT NULL "
+                    "ON CONFLICT (src_id, dst_id, kind) DO NOTHING"
+                ),
+                (kind,),
+            )
+
+
+def change_links(store: Store, size: int, rng: np.random.Generator) -> None:
+    """A night's link writes: 0.5% of the links re-weighted, 0.1% deleted, as many new."""
+    keys = store.query("SELECT src_id, dst_id, kind FROM memory_links ORDER BY src_id, dst_id, kind")
+    picked = rng.choice(len(keys), max(2, size // 200 + size // 1000), replace=False)
+    with store.write_transaction() as cur:
+        for n, i in enumerate(picked):
+            sql = (
+                "UPDATE memory_links SET weight = weight / 2 WHERE src_id = ? AND dst_id = ? AND kind = ?"
+                if n >= size // 1000
+                else "DELETE FROM memory_links WHERE src_id = ? AND dst_id = ? AND kind = ?"
+            )
+            cur.execute(store._sql(sql), keys[i])
+    ids = [row[0] for row in store.query("SELECT id FROM memories ORDER BY id")]
+    pairs = rng.choice(len(ids), (max(1, size // 1000), 2))
+    store.insert_links(
+        [{"namespace": "bench", "src_id": ids[a], "dst_id": ids[b], "kind": "bench"} for a, b in pairs]
+    )
 
 
 def change(store: Store, size: int, rng: np.random.Generator) -> None:
@@ -92,20 +130,23 @@ def main() -> None:
     try:
         with store_url(args.postgres, root) as url, open_store(url, migrate=True) as store:
             load_demo(store, size=args.size, seed=7, as_of=AS_OF)
+            link_up(store)
             incremental, full = Warehouse(root / "incremental"), Warehouse(root / "full")
             first, _ = timed(lambda: take_snapshot(store, incremental, AS_OF))
             print(
-                f"{'PostgreSQL' if args.postgres else 'SQLite'}, {args.size:,} memories; first snapshot {first:.1f} s\n"
+                f"{'PostgreSQL' if args.postgres else 'SQLite'}, {args.size:,} memories, {store.count('memory_links'):,} "
+                f"links; first snapshot {first:.1f} s\n"
             )
             print(
-                "| night | full read s | incremental s | x | rows read again | gone | equal | "
+                "| night | full read s | incremental s | x | rows read again | gone | links read again | equal | "
                 "read back: plain s | layered s |"
             )
-            print("|---|---:|---:|---:|---:|---:|---|---:|---:|")
+            print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
             for night, scenario in enumerate(("quiet", "1% changed", "1% changed again"), start=1):
                 day = AS_OF + dt.timedelta(days=night)
                 if scenario != "quiet":
                     change(store, args.size, rng)
+                    change_links(store, args.size, rng)
                 inc_s, inc = timed(lambda day=day: take_snapshot(store, incremental, day))
                 full_s, _ = timed(lambda day=day: take_snapshot(store, full, day, incremental=False))
                 plain_s, _ = timed(lambda day=day: full.read_table("memories", day))
@@ -118,7 +159,7 @@ def main() -> None:
                 )
                 print(
                     f"| {scenario} | {full_s:.1f} | {inc_s:.1f} | {full_s / inc_s:.1f} | {inc.reread:,} | "
-                    f"{inc.deleted:,} | {equal} | {plain_s:.1f} | {layered_s:.1f} |"
+                    f"{inc.deleted:,} | {inc.links_read:,} | {equal} | {plain_s:.1f} | {layered_s:.1f} |"
                 )
     finally:
         shutil.rmtree(root, ignore_errors=True)

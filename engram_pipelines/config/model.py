@@ -363,7 +363,8 @@ class SnapshotConfig(_Section):
     """The blocking check fails the run when more rows than this are quarantined."""
     incremental: bool = True
     """Read only the memories written since the previous snapshot (their change signature: version, access
-    count, updated_at, last_accessed_at) and carry the rest over; false reads every row."""
+    count, updated_at, last_accessed_at) and the links the store journaled since, and carry the rest over;
+    false reads every row."""
     full_every_days: int = Field(7, ge=1)
     """An incremental snapshot still reads every row when the last full read is this many days old."""
 

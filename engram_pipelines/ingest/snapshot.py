@@ -154,6 +154,7 @@ def _snapshot_links(
     entries from that mark on, or when so many links changed that one read is cheaper."""
     mark = store.link_journal_mark()  # before the read: what is written meanwhile is read again next night
     total = store.count("memory_links")
+    at_most = int(FULL_READ_SHARE * total)
     keys = None
     if (
         previous is None
@@ -161,10 +162,10 @@ def _snapshot_links(
         or not warehouse.has_table("links", dt.date.fromisoformat(previous["as_of"]))
     ):
         result.links_full_reason = "no earlier snapshot to carry the links over from"
-    elif (keys := store.link_journal_keys(int(previous["links_mark"]))) is None:
+    elif (keys := store.link_journal_keys(int(previous["links_mark"]), at_most)) is None:
         result.links_full_reason = "the store's link journal was pruned past the last snapshot's mark"
-    elif len(keys) > FULL_READ_SHARE * total:
-        result.links_full_reason = f"{len(keys):,} of {total:,} links written since the last snapshot"
+    elif len(keys) > at_most:
+        result.links_full_reason = f"more than {at_most:,} of {total:,} links written since the last snapshot"
         keys = None
     if keys is None:
         progress.start("snapshot links", total)

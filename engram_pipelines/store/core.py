@@ -143,12 +143,15 @@ class StoreCore(ABC):
         """The journal position a read that starts now has seen everything before."""
         return int(self.query(self._JOURNAL_MARK_SQL)[0][0])
 
-    def link_journal_keys(self, since: int) -> pa.Table | None:
+    def link_journal_keys(self, since: int, at_most: int) -> pa.Table | None:
         """The keys (src_id, dst_id, kind) of the links inserted, updated or deleted from the mark `since` on,
-        in binary order; None when entries from that mark on were pruned (read the links whole)."""
+        in binary order, or `at_most` + 1 of them when there are more (a full read is cheaper: the night after a
+        first night journals millions); None when entries from that mark on were pruned (read the links
+        whole)."""
         rows = self.query(
-            f"SELECT DISTINCT src_id, dst_id, kind FROM link_journal WHERE {self._JOURNAL_POSITION} >= ?",
-            (since,),
+            f"SELECT DISTINCT src_id, dst_id, kind FROM link_journal WHERE {self._JOURNAL_POSITION} >= ? "
+            "LIMIT ?",
+            (since, at_most + 1),
         )
         # Checked after the keys were read: a prune that committed before or during that read shows here.
         if since < int(self.query("SELECT pruned_below FROM link_journal_state")[0][0]):
