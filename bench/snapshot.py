@@ -9,7 +9,8 @@ agent, half read: access bookkeeping), plus 0.1% new rows and 0.1% deleted, and 
 (re-weighted, deleted, new). Two links per memory are added to the demo's (2.2 in all; a first night at 1M
 leaves 2.9). An incremental night writes only the rows written since the last full read beside that read's
 file (a layered partition); the second such night keeps the same file; the links journaled since the last
-snapshot are read again and merged into its links. Also timed: reading the whole partition back (vectors included), layered against plain.
+snapshot are read again and merged into its links. Also timed: reading the whole partition back (vectors
+included), layered against plain.
 
     .venv/bin/python bench/snapshot.py [--size 100000] [--postgres]
 """

@@ -19,6 +19,7 @@ import datetime as dt
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -93,8 +94,9 @@ def take_snapshot(
     """Export memories and links to the `as_of` partition; quarantine invalid memory rows with reasons."""
     progress = progress or SilentProgress()
     result = SnapshotResult(as_of=as_of)
+    saved = _saved_state(warehouse)
     previous, reason = (
-        _trusted_base(store, warehouse, as_of, embedding_dim, full_every_days)
+        _trusted_base(store, warehouse, saved, as_of, embedding_dim, full_every_days)
         if incremental
         else (None, "a full snapshot was asked for (snapshot.incremental or execution.reuse false)")
     )
@@ -129,10 +131,12 @@ def take_snapshot(
 
     links_mark = _snapshot_links(store, warehouse, as_of, previous, batch_size, progress, result)
     result.links_path = str(warehouse.table_path("links", as_of))
-    consumed = _saved_links_mark(store, warehouse)
     _write_state(warehouse, as_of, store, embedding_dim, full_at, links_mark)
+    # Pruned up to what the night before this one read, whatever its mode: a night of slack for its re-run.
+    consumed = (
+        _links_mark(saved) if saved is not None and saved.get("store") == _store_identity(store) else None
+    )
     if consumed is not None:
-        # What the night before this one read: a night of slack for a re-run of the night before.
         store.prune_link_journal(consumed)
     return result
 
@@ -141,7 +145,7 @@ def _snapshot_links(
     store: Store,
     warehouse: Warehouse,
     as_of: dt.date,
-    previous: dict[str, str] | None,
+    previous: dict[str, Any] | None,
     batch_size: int,
     progress: Progress,
     result: SnapshotResult,
@@ -156,13 +160,14 @@ def _snapshot_links(
     total = store.count("memory_links")
     at_most = int(FULL_READ_SHARE * total)
     keys = None
+    since = _links_mark(previous) if previous is not None else None
     if (
         previous is None
-        or "links_mark" not in previous
+        or since is None
         or not warehouse.has_table("links", dt.date.fromisoformat(previous["as_of"]))
     ):
         result.links_full_reason = "no earlier snapshot to carry the links over from"
-    elif (keys := store.link_journal_keys(int(previous["links_mark"]), at_most)) is None:
+    elif (keys := store.link_journal_keys(since, at_most)) is None:
         result.links_full_reason = "the store's link journal was pruned past the last snapshot's mark"
     elif len(keys) > at_most:
         result.links_full_reason = f"more than {at_most:,} of {total:,} links written since the last snapshot"
@@ -237,7 +242,7 @@ def _full(
 
 
 def _changes_since(
-    warehouse: Warehouse, previous: dict[str, str], signatures: pa.Table
+    warehouse: Warehouse, previous: dict[str, Any], signatures: pa.Table
 ) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
     """(ids new or changed since the previous snapshot, in id order; ids of its rows gone from the store)."""
     base = dt.date.fromisoformat(previous["as_of"])
@@ -262,7 +267,7 @@ def _incremental(
     store: Store,
     warehouse: Warehouse,
     as_of: dt.date,
-    previous: dict[str, str],
+    previous: dict[str, Any],
     changes: tuple[pa.ChunkedArray, pa.ChunkedArray],
     embedding_dim: int,
     batch_size: int,
@@ -325,7 +330,7 @@ def _write_layers(
     warehouse.write_layers("memories", as_of, layers.base, delta, dropped.sort())
 
 
-def _pending(warehouse: Warehouse, previous: dict[str, str]) -> int:
+def _pending(warehouse: Warehouse, previous: dict[str, Any]) -> int:
     """Rows the previous partition holds in its delta (written since the last full read)."""
     layers = warehouse.layers("memories", dt.date.fromisoformat(previous["as_of"]))
     return 0 if layers is None else pq.ParquetFile(layers.delta).metadata.num_rows
@@ -378,14 +383,21 @@ def _write_state(
 
 
 def _trusted_base(
-    store: Store, warehouse: Warehouse, as_of: dt.date, embedding_dim: int, full_every_days: int
-) -> tuple[dict[str, str] | None, str]:
-    """The previous snapshot's state when it can serve as the base of an incremental one, else why not."""
+    store: Store,
+    warehouse: Warehouse,
+    state: dict[str, Any] | None,
+    as_of: dt.date,
+    embedding_dim: int,
+    full_every_days: int,
+) -> tuple[dict[str, Any] | None, str]:
+    """The previous snapshot's saved `state` when it can serve as the base of an incremental one, else why
+    not."""
     path = warehouse.tables_root / STATE_FILE
     if not path.exists():
         return None, "no earlier snapshot in this warehouse"
+    if state is None:
+        return None, f"{path} is not readable"
     try:
-        state = json.loads(path.read_text())
         base = dt.date.fromisoformat(state["as_of"])
         full_at = dt.date.fromisoformat(state["full_at"])
     except (ValueError, KeyError, TypeError):
@@ -403,21 +415,20 @@ def _trusted_base(
     for table in ("memories", "quarantine", SIGNATURES):
         if not warehouse.has_table(table, base):
             return None, f"the earlier snapshot's {table} of {base} is missing"
-    base_state = {"as_of": state["as_of"], "full_at": state["full_at"]}
-    if isinstance(state.get("links_mark"), int):
-        base_state["links_mark"] = str(state["links_mark"])
-    return base_state, ""
+    return state, ""
 
 
-def _saved_links_mark(store: Store, warehouse: Warehouse) -> int | None:
-    """The link journal mark the last snapshot of this store into this warehouse saved, whatever its mode."""
-    path = warehouse.tables_root / STATE_FILE
+def _saved_state(warehouse: Warehouse) -> dict[str, Any] | None:
+    """What the last snapshot into this warehouse saved (`_write_state`); None when missing or unreadable."""
     try:
-        state = json.loads(path.read_text())
+        state = json.loads((warehouse.tables_root / STATE_FILE).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(state, dict) or state.get("store") != _store_identity(store):
-        return None
+    return state if isinstance(state, dict) else None
+
+
+def _links_mark(state: dict[str, Any]) -> int | None:
+    """The link journal mark a saved state holds (states written before the journal hold none)."""
     mark = state.get("links_mark")
     return mark if isinstance(mark, int) else None
 
