@@ -105,6 +105,7 @@ def backfill(
             at,
             contradiction_pairs=contradicting.table.select(["left_id", "right_id"]),
             moves=moves.table,
+            cache_root=output.root,  # each day parses only the texts no earlier day had
         )
         results = dict(zip(OUTPUT_TABLES, (decay, promoted, moves, contradicting, dup, merge), strict=True))
         for name, result in results.items():

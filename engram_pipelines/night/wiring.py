@@ -102,7 +102,9 @@ def duplicates_for_day(
     *,
     contradiction_pairs: pa.Table,
     moves: pa.Table,
+    cache_root: Path | None = None,
 ) -> MergeResult:
+    """With `cache_root` (the warehouse), the band's texts are parsed once across nights."""
     return collapse_duplicates(
         pairs,
         memories,
@@ -110,6 +112,7 @@ def duplicates_for_day(
         at=at,
         excluded_pairs=contradiction_pairs,
         excluded_ids=leaving_tonight(config, moves),
+        cache_root=cache_root,
     )
 
 
@@ -122,8 +125,10 @@ def consolidation_for_day(
     contradiction_pairs: pa.Table,
     moves: pa.Table,
     duplicates: pa.Table,
+    cache_root: Path | None = None,
 ) -> MergeResult:
-    """`duplicates`: the duplicate collapse's clusters (`clusters_table`) of the same day."""
+    """`duplicates`: the duplicate collapse's clusters (`clusters_table`) of the same day; `cache_root` as for
+    `duplicates_for_day`."""
     collapsed = frozenset(applied_tonight(config, "duplicates", duplicates)["loser"].to_pylist())
     return consolidate(
         pairs,
@@ -133,6 +138,7 @@ def consolidation_for_day(
         at=at,
         excluded_pairs=contradiction_pairs,
         excluded_ids=collapsed | leaving_tonight(config, moves),
+        cache_root=cache_root,
     )
 
 
@@ -144,10 +150,17 @@ def merges_for_day(
     *,
     contradiction_pairs: pa.Table,
     moves: pa.Table,
+    cache_root: Path | None = None,
 ) -> tuple[MergeResult, MergeResult]:
     """Both merge steps of one day, in the nightly's order: (duplicate collapse, consolidation band)."""
     dup = duplicates_for_day(
-        pairs, memories, config, at, contradiction_pairs=contradiction_pairs, moves=moves
+        pairs,
+        memories,
+        config,
+        at,
+        contradiction_pairs=contradiction_pairs,
+        moves=moves,
+        cache_root=cache_root,
     )
     merge = consolidation_for_day(
         pairs,
@@ -157,5 +170,6 @@ def merges_for_day(
         contradiction_pairs=contradiction_pairs,
         moves=moves,
         duplicates=dup.table,
+        cache_root=cache_root,
     )
     return dup, merge

@@ -252,6 +252,7 @@ def duplicates(
         end_of_day(as_of),
         contradiction_pairs=_contradiction_pairs(wh, as_of),
         moves=_moves(wh, as_of),
+        cache_root=wh.root,
     )
     return _merge_result(wh, "duplicates", as_of, result, "Duplicate clusters")
 
@@ -291,6 +292,7 @@ def consolidation(
         contradiction_pairs=_contradiction_pairs(wh, as_of),
         moves=_moves(wh, as_of),
         duplicates=wh.read_table("duplicates", as_of),
+        cache_root=wh.root,
     )
     return _merge_result(wh, "consolidation", as_of, result, "Near-duplicate clusters (gated)", dry_run=True)
 

@@ -322,7 +322,8 @@ def test_no_merge_hides_a_row_behind_a_canonical_that_retention_archives(demo_st
 
 
 def test_damaged_cache_files_are_discarded_and_recomputed(tmp_path: Path):
-    """A truncated or garbage cache file (vectors, pairs, contradiction features) failed every later run."""
+    """A truncated or garbage cache file (vectors, pairs, contradiction features, merge texts) failed every later
+    run."""
     url = f"sqlite:///{tmp_path}/engram.db"
     with open_store(url, migrate=True) as store:
         load_demo(store, size=500, seed=5, as_of=AS_OF)
@@ -330,7 +331,7 @@ def test_damaged_cache_files_are_discarded_and_recomputed(tmp_path: Path):
     first = execute_job("nightly", AS_OF, store=url, warehouse=str(warehouse), config_path=None)
     assert first["success"], first.get("error")
     damaged = []
-    for cache in ("embedding_cache", "pair_cache", "contradiction_features"):
+    for cache in ("embedding_cache", "pair_cache", "contradiction_features", "merge_texts"):
         part = sorted((warehouse / cache).rglob("*.parquet"))[0]
         data = part.read_bytes()
         part.write_bytes(data[: len(data) // 2] if cache != "pair_cache" else b"not parquet at all")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -140,9 +141,10 @@ def collapse_duplicates(
     at: dt.datetime,
     excluded_pairs: pa.Table | None = None,
     excluded_ids: frozenset[str] = frozenset(),
+    cache_root: Path | None = None,
 ) -> MergeResult:
     """Pairs at or above the duplicate threshold (and exact-content twins) collapse into their canonical."""
-    band = band_pairs(pairs, memories, threshold, None, excluded_pairs=excluded_pairs)
+    band = band_pairs(pairs, memories, threshold, None, excluded_pairs=excluded_pairs, cache_root=cache_root)
     clusters = star_clusters(band, memories, prefix="dup", excluded_ids=set(excluded_ids))
     intents = _intents(
         clusters,
@@ -165,9 +167,10 @@ def consolidate(
     at: dt.datetime,
     excluded_pairs: pa.Table | None = None,
     excluded_ids: frozenset[str] = frozenset(),
+    cache_root: Path | None = None,
 ) -> MergeResult:
     """Near-duplicates in [low, high) merge into their canonical; review-gated."""
-    band = band_pairs(pairs, memories, low, high, excluded_pairs=excluded_pairs)
+    band = band_pairs(pairs, memories, low, high, excluded_pairs=excluded_pairs, cache_root=cache_root)
     clusters = star_clusters(band, memories, prefix="merge", excluded_ids=set(excluded_ids))
     intents = _intents(
         clusters,

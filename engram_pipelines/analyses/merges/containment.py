@@ -177,6 +177,8 @@ CONTAINMENT_SCHEMA = pa.schema(
         pa.field("question", pa.bool_(), nullable=False),
     ]
 )
+# The same, of a text alone (what `texts.cached_merge_features` keeps per distinct content).
+TEXT_CONTAINMENT_SCHEMA = pa.schema(list(CONTAINMENT_SCHEMA)[1:])
 
 
 def stem(word: str) -> str:
@@ -259,19 +261,25 @@ def memory_terms(content: str) -> tuple[list[str], list[str], str | None, bool]:
     return words, names, subject, question
 
 
-def containment_features(ids: Sequence[str], contents: Sequence[str]) -> pa.Table:
-    """One CONTAINMENT_SCHEMA row per memory (a Python pass over the memories of the band only)."""
+def text_containment(contents: Sequence[str]) -> pa.Table:
+    """One TEXT_CONTAINMENT_SCHEMA row per text (a Python pass: callers parse the memories of a band only)."""
     terms = [memory_terms(c) for c in contents]
     return pa.table(
         [
-            pa.array(list(ids), pa.string()),
             pa.array([t[0] for t in terms], pa.list_(pa.string())),
             pa.array([specific_words(t[0]) for t in terms], pa.list_(pa.string())),
             pa.array([t[1] for t in terms], pa.list_(pa.string())),
             pa.array([t[2] for t in terms], pa.string()),
             pa.array([t[3] for t in terms], pa.bool_()),
         ],
-        schema=CONTAINMENT_SCHEMA,
+        schema=TEXT_CONTAINMENT_SCHEMA,
+    )
+
+
+def containment_features(ids: Sequence[str], contents: Sequence[str]) -> pa.Table:
+    """One CONTAINMENT_SCHEMA row per memory."""
+    return text_containment(contents).add_column(
+        0, CONTAINMENT_SCHEMA.field("id"), pa.array(list(ids), pa.string())
     )
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
+from engram_pipelines.analyses.merges import texts
 from engram_pipelines.analyses.merges.clusters import band_pairs, star_clusters
 from engram_pipelines.analyses.merges.collapse import collapse_duplicates, consolidate
 from engram_pipelines.analyses.merges.containment import (
@@ -358,3 +360,32 @@ def test_containment_in_sql_equals_the_plain_reference():
     for left, right, inside in got:
         assert inside == is_contained(text[left], text[right]), (text[left], text[right])
     assert is_contained(texts[2], texts[0]) and not is_contained(texts[0], texts[2])
+
+
+def test_a_band_parses_each_text_once_across_nights_and_finds_what_a_fresh_parse_finds(
+    tmp_path: Path, monkeypatch
+):
+    contents = [
+        "Tom moved to Denver in 2021.",
+        "Tom moved to Denver in 2021 with his sister Ana.",
+        "Tom moved to Denver in 2022.",  # another number: never in the band
+        "Tom likes tea.",
+    ]
+    pairs = pairs_of([("m0", "m1", 0.9), ("m0", "m2", 0.9), ("m1", "m3", 0.86)])
+    fresh = band_pairs(pairs, snapshot([{"content": c} for c in contents]), 0.85, 0.97)
+    assert fresh.select(["left_id", "right_id", "left_in_right"]).to_pylist() == [
+        {"left_id": "m0", "right_id": "m1", "left_in_right": True}
+    ]
+    parsed: list[list[str]] = []
+    parse = texts.merge_text_features
+    monkeypatch.setattr(
+        texts, "merge_text_features", lambda batch: parsed.append(list(batch)) or parse(batch)
+    )
+    for night in range(2):
+        got = band_pairs(pairs, snapshot([{"content": c} for c in contents]), 0.85, 0.97, cache_root=tmp_path)
+        assert got.equals(fresh), f"night {night}"
+    assert [sorted(batch) for batch in parsed] == [sorted(contents)]  # the second night parsed nothing
+    contents[3] = "Tom moved to Denver in 2021 with Ana."  # an agent edits a row: only its new text is parsed
+    edited = band_pairs(pairs, snapshot([{"content": c} for c in contents]), 0.85, 0.97, cache_root=tmp_path)
+    assert parsed[1:] == [[contents[3]]]
+    assert edited.equals(band_pairs(pairs, snapshot([{"content": c} for c in contents]), 0.85, 0.97))
