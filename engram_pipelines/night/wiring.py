@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -153,23 +154,11 @@ def merges_for_day(
     cache_root: Path | None = None,
 ) -> tuple[MergeResult, MergeResult]:
     """Both merge steps of one day, in the nightly's order: (duplicate collapse, consolidation band)."""
-    dup = duplicates_for_day(
-        pairs,
-        memories,
-        config,
-        at,
-        contradiction_pairs=contradiction_pairs,
-        moves=moves,
-        cache_root=cache_root,
-    )
-    merge = consolidation_for_day(
-        pairs,
-        memories,
-        config,
-        at,
-        contradiction_pairs=contradiction_pairs,
-        moves=moves,
-        duplicates=dup.table,
-        cache_root=cache_root,
-    )
+    inputs: dict[str, Any] = {
+        "contradiction_pairs": contradiction_pairs,
+        "moves": moves,
+        "cache_root": cache_root,
+    }
+    dup = duplicates_for_day(pairs, memories, config, at, **inputs)
+    merge = consolidation_for_day(pairs, memories, config, at, duplicates=dup.table, **inputs)
     return dup, merge
