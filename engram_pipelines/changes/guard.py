@@ -24,6 +24,9 @@ from engram_pipelines.core.duck import duck
 HIDING = """(i.op IN ('supersede', 'purge')
     OR (i.op = 'move_zone' AND json_extract_string(i.params, '$.to') IN ('archived', 'purge_queue')))"""
 
+# What the guard reads of the intents.
+GUARD_COLUMNS = ["namespace", "review_class", "target_kind", "target_id", "op", "params"]
+
 
 def hold_for_review(
     intents: pa.Table, memories: pa.Table, review: ReviewConfig
@@ -42,25 +45,7 @@ def hold_for_review(
             message = f"night would make {auto:,} changes (more than review.max_auto_changes, {ceiling:,}): held for review"
             held = [{"namespace": "*", "changes": auto, "ceiling": ceiling, "message": message}]
             return _held(con, intents, "review_class = 'auto'", message), held
-        rows = con.sql(
-            f"""
-            WITH visible AS (
-                SELECT namespace, count(*) AS visible FROM m
-                WHERE zone = 'active' AND superseded_by IS NULL GROUP BY namespace
-            ),
-            hidden AS (
-                SELECT i.namespace, count(DISTINCT i.target_id) AS hidden
-                FROM i JOIN m ON m.id = i.target_id
-                WHERE i.review_class = 'auto' AND i.target_kind = 'memory' AND {HIDING}
-                    AND m.zone = 'active' AND m.superseded_by IS NULL
-                GROUP BY i.namespace
-            )
-            SELECT namespace, hidden, visible, hidden / visible AS fraction
-            FROM hidden JOIN visible USING (namespace)
-            WHERE hidden / visible > {float(review.max_hidden_fraction)!r}
-            ORDER BY namespace
-            """
-        ).fetchall()
+        rows = _over_fraction(con, review)
         if not rows:
             return intents, []
         held = [
@@ -82,6 +67,46 @@ def hold_for_review(
             "AND i.target_id IN (SELECT id FROM m WHERE zone = 'active' AND superseded_by IS NULL)"
         )
         return _held(con, intents, where, None), held
+
+
+def guard_holds(intents: pa.Table, memories: pa.Table, review: ReviewConfig) -> frozenset[str] | None:
+    """The namespaces whose hiding auto intents `hold_for_review` holds, judged on `intents` alone; None when
+    their number passes `review.max_auto_changes` (every auto intent is held). `intents`: at least
+    GUARD_COLUMNS."""
+    with duck() as con:
+        con.register("i", intents)
+        con.register("m", memories.select(["id", "namespace", "zone", "superseded_by"]))
+        ceiling = review.max_auto_changes
+        if (
+            ceiling
+            and con.sql("SELECT count(*) FROM i WHERE review_class = 'auto'").fetchall()[0][0] > ceiling
+        ):
+            return None
+        return frozenset(row[0] for row in _over_fraction(con, review))
+
+
+def _over_fraction(con: duckdb.DuckDBPyConnection, review: ReviewConfig) -> list[tuple]:
+    """(namespace, hidden, visible, fraction) where the auto intents (table `i`) would hide more than
+    `review.max_hidden_fraction` of the visible rows (table `m`)."""
+    return con.sql(
+        f"""
+        WITH visible AS (
+            SELECT namespace, count(*) AS visible FROM m
+            WHERE zone = 'active' AND superseded_by IS NULL GROUP BY namespace
+        ),
+        hidden AS (
+            SELECT i.namespace, count(DISTINCT i.target_id) AS hidden
+            FROM i JOIN m ON m.id = i.target_id
+            WHERE i.review_class = 'auto' AND i.target_kind = 'memory' AND {HIDING}
+                AND m.zone = 'active' AND m.superseded_by IS NULL
+            GROUP BY i.namespace
+        )
+        SELECT namespace, hidden, visible, hidden / visible AS fraction
+        FROM hidden JOIN visible USING (namespace)
+        WHERE hidden / visible > {float(review.max_hidden_fraction)!r}
+        ORDER BY namespace
+        """
+    ).fetchall()
 
 
 def _held(con: duckdb.DuckDBPyConnection, intents: pa.Table, where: str, message: str | None) -> pa.Table:

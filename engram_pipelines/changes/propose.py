@@ -73,12 +73,20 @@ def guarded_intents(
     return hold_for_review(proposed_intents(warehouse, as_of, sources, config), memories, config.review)
 
 
-def proposed_intents(warehouse: Warehouse, as_of: dt.date, sources: list[str], config: Config) -> pa.Table:
-    """Every analysis's proposals, each through its switch (`switches.switched_intents`), read one source at a
-    time (all read first, then switched, a first night at 1M held its 1.6 GB of intents twice)."""
+def proposed_intents(
+    warehouse: Warehouse,
+    as_of: dt.date,
+    sources: list[str],
+    config: Config,
+    columns: list[str] | None = None,
+) -> pa.Table:
+    """Every analysis's proposals (all or `columns` of INTENT_SCHEMA), each through its switch
+    (`switches.switched_intents`), read one source at a time (all read first, then switched, a first night at
+    1M held its 1.6 GB of intents twice)."""
+    schema = INTENT_SCHEMA if columns is None else pa.schema([INTENT_SCHEMA.field(c) for c in columns])
     tables = [
-        switched_intents(config, source, table.cast(INTENT_SCHEMA))
+        switched_intents(config, source, table.cast(schema))
         for source in sources
-        if (table := warehouse.read_proposal(as_of, source)) is not None
+        if (table := warehouse.read_proposal(as_of, source, columns)) is not None
     ]
-    return pa.concat_tables(tables) if tables else INTENT_SCHEMA.empty_table()
+    return pa.concat_tables(tables) if tables else schema.empty_table()

@@ -4,19 +4,18 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from engram_pipelines.analyses.knowledge.compression import COMPRESSION_SCHEMA, compression
 from engram_pipelines.analyses.knowledge.semantic import SEMANTIC_SCHEMA
 from engram_pipelines.analyses.links.associations import ASSOCIATION_SCHEMA, associations
 from engram_pipelines.analyses.links.gc import GC_SCHEMA, garbage_links
 from engram_pipelines.analyses.links.temporal import TEMPORAL_SCHEMA, temporal_edges
-from engram_pipelines.analyses.projection import project_auto_transitions
 from engram_pipelines.analyses.result import AnalysisResult
-from engram_pipelines.config.switches import applied_tonight
-from engram_pipelines.core.registry import inputs_of
+from engram_pipelines.changes.guard import GUARD_COLUMNS
+from engram_pipelines.changes.propose import proposed_intents
+from engram_pipelines.core.registry import NAMES, inputs_of
 from engram_pipelines.core.timestamps import end_of_day
-from engram_pipelines.night.wiring import semantic_for_day
+from engram_pipelines.night.wiring import semantic_for_day, semantic_view
 from engram_pipelines.orchestration.metadata import (
     Lineage,
     column_lineage,
@@ -96,6 +95,11 @@ _SEMANTIC_LINEAGE: Lineage = {
 }
 
 
+# The analyses semantic extraction reads: those whose proposals hide rows (archive, queue, supersede), which the
+# volume guard may hold.
+_HIDING_SOURCES = [name for name in inputs_of("semantic") if name in NAMES]
+
+
 @dg.asset(
     deps=inputs_of("semantic"),
     description=(
@@ -115,13 +119,15 @@ def semantic(
 ) -> dg.MaterializeResult:
     as_of, wh = as_of_date(context), warehouse.get()
     config = engram_config.for_run(wh)
-    # Tonight's collapses and zone moves count already: one night settles what a second would otherwise redo.
-    retention = applied_tonight(config, "retention", wh.read_table("retention", as_of))
-    duplicates = applied_tonight(config, "duplicates", wh.read_table("duplicates", as_of))
-    memories = project_auto_transitions(wh.read_memories(as_of), duplicates, retention)
-    fading = retention.filter(
-        pc.and_(pc.equal(retention["from_zone"], "active"), pc.equal(retention["to_zone"], "archived"))
-    )["id"]
+    # Tonight's collapses and zone moves count already (one night settles what a second would otherwise
+    # redo), those the volume guard will hold do not: judged on the proposals of the analyses read here.
+    memories, fading = semantic_view(
+        wh.read_memories(as_of),
+        wh.read_table("retention", as_of),
+        wh.read_table("duplicates", as_of),
+        proposed_intents(wh, as_of, _HIDING_SOURCES, config, columns=GUARD_COLUMNS),
+        config,
+    )
     result, computed = semantic_for_day(
         memories,
         wh.read_table("links", as_of),
@@ -129,7 +135,7 @@ def semantic(
         stored_vectors(wh, as_of),
         config,
         end_of_day(as_of),
-        fading=fading.combine_chunks(),
+        fading=fading,
         cache_root=wh.root,
     )
     return _finish(

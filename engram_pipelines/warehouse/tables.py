@@ -194,10 +194,10 @@ class Warehouse:
     def _runs_dir(self, as_of: dt.date) -> Path:
         return self.root / "runs" / f"as_of={as_of.isoformat()}"  # shared: the CLI finds every job's sets
 
-    def read_proposal(self, as_of: dt.date, source: str) -> pa.Table | None:
-        """One source's intents for this partition (None when it wrote none)."""
+    def read_proposal(self, as_of: dt.date, source: str, columns: list[str] | None = None) -> pa.Table | None:
+        """One source's intents for this partition (None when it wrote none), all or `columns` of them."""
         path = self.partition_dir("proposals", as_of) / f"{source}.parquet"
-        return pq.read_table(path) if path.exists() else None
+        return pq.read_table(path, columns=columns) if path.exists() else None
 
     def write_run_pointer(self, as_of: dt.date, job: str, value: dict[str, str]) -> None:
         """Which change sets a job produced for a partition (read by the apply step)."""

@@ -9,12 +9,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from engram_pipelines.changes.apply import apply_change_set
-from engram_pipelines.changes.guard import hold_for_review
+from engram_pipelines.changes.guard import GUARD_COLUMNS, guard_holds, hold_for_review
 from engram_pipelines.changes.intents import INTENT_SCHEMA
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.changes.revert import approve_change_set
-from engram_pipelines.config.model import ReviewConfig
+from engram_pipelines.config.model import Config, ReviewConfig
 from engram_pipelines.ingest.load import import_jsonl
+from engram_pipelines.night.wiring import semantic_view
 from engram_pipelines.orchestration.runner import execute_job
 from engram_pipelines.store import open_store
 from engram_pipelines.warehouse.tables import Warehouse
@@ -138,3 +139,74 @@ def test_a_first_night_on_a_hand_made_history_archives_nothing_a_user_would_miss
             m["id"] for m in moves
         }
         assert all(store.get(i)["zone"] == "active" for i in important)
+
+
+def test_guard_holds_names_the_namespaces_hold_for_review_holds():
+    archive = {"from": "active", "to": "archived"}
+    memories = pa.Table.from_pylist([*visible_rows("a", 4), *visible_rows("b", 10)])
+    intents = pa.Table.from_pylist(
+        [intent("a", "a-0", "move_zone", archive), intent("b", "b-0", "move_zone", archive)],
+        schema=INTENT_SCHEMA,
+    )
+    assert guard_holds(intents.select(GUARD_COLUMNS), memories, ReviewConfig()) == {"a"}
+    assert [h["namespace"] for h in hold_for_review(intents, memories, ReviewConfig())[1]] == ["a"]
+    assert guard_holds(intents, memories, ReviewConfig(max_hidden_fraction=1.0)) == frozenset()
+    assert guard_holds(intents, memories, ReviewConfig(max_auto_changes=1)) is None
+
+
+def test_semantic_extraction_sees_the_moves_and_collapses_that_land_not_those_the_guard_holds():
+    """Namespace a: tonight's archive and collapse would hide 3 of 4 rows (held); b: 2 of 19."""
+    day = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
+    rows = [*visible_rows("a", 4), *visible_rows("b", 20, **{"b-9": {"zone": "archived"}})]
+    for row in rows:
+        row.update({"content": row["id"], "kind": "episodic", "metadata": "{}", "created_at": day})
+    strings = ["id", "namespace", "zone", "superseded_by", "content", "kind", "metadata"]
+    schema = pa.schema([*((c, pa.string()) for c in strings), ("created_at", pa.timestamp("us", "UTC"))])
+    memories = pa.Table.from_pylist(rows, schema=schema)
+    moves = [("a", "a-0", "active", "archived"), ("a", "a-1", "active", "archived")]
+    moves += [("b", "b-0", "active", "archived"), ("b", "b-9", "archived", "purge_queue")]
+    retention = pa.Table.from_pylist(
+        [{"id": i, "namespace": n, "from_zone": f, "to_zone": t} for n, i, f, t in moves]
+    )
+    duplicates = pa.Table.from_pylist(
+        [
+            {"cluster_id": "c-a", "namespace": "a", "canonical": "a-2", "loser": "a-3"},
+            {"cluster_id": "c-b", "namespace": "b", "canonical": "b-1", "loser": "b-2"},
+        ]
+    )
+    hiding = pa.Table.from_pylist(
+        [intent(n, i, "move_zone", {"from": f, "to": t}) for n, i, f, t in moves]
+        + [intent("a", "a-3", "supersede", {"by": "a-2"}), intent("b", "b-2", "supersede", {"by": "b-1"})],
+        schema=INTENT_SCHEMA,
+    ).select(GUARD_COLUMNS)
+    config = Config()
+
+    def seen(review: ReviewConfig) -> tuple[dict[str, tuple[str, str | None]], list[str]]:
+        view, fading = semantic_view(
+            memories, retention, duplicates, hiding, config.model_copy(update={"review": review})
+        )
+        return {r["id"]: (r["zone"], r["superseded_by"]) for r in view.to_pylist()}, sorted(
+            fading.to_pylist()
+        )
+
+    view, fading = seen(ReviewConfig())
+    # a waits for review: its rows stay as they are; b's archive, queue and collapse land tonight.
+    assert [view[i] for i in ("a-0", "a-1", "a-3")] == [("active", None)] * 3
+    assert [view[i] for i in ("b-0", "b-9", "b-2")] == [
+        ("archived", None),
+        ("purge_queue", None),
+        ("active", "b-1"),
+    ]
+    assert fading == ["b-0"]
+    # Nothing held: everything lands; a ceiling these proposals pass: nothing does.
+    view, fading = seen(ReviewConfig(max_hidden_fraction=1.0))
+    assert (
+        view["a-0"] == ("archived", None)
+        and view["a-3"] == ("active", "a-2")
+        and fading == ["a-0", "a-1", "b-0"]
+    )
+    view, fading = seen(ReviewConfig(max_auto_changes=3))
+    assert all(
+        zone_and_canonical == (r["zone"], None) for r in rows for zone_and_canonical in [view[r["id"]]]
+    )
+    assert fading == []
