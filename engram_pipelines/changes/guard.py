@@ -39,9 +39,9 @@ def hold_for_review(
             "i", intents.append_column("_row", pa.array(np.arange(intents.num_rows, dtype=np.int64)))
         )
         con.register("m", memories.select(["id", "namespace", "zone", "superseded_by"]))
-        ceiling = review.max_auto_changes
-        auto = con.sql("SELECT count(*) FROM i WHERE review_class = 'auto'").fetchall()[0][0]
-        if ceiling and auto > ceiling:
+        auto = _past_ceiling(con, review)
+        if auto is not None:
+            ceiling = review.max_auto_changes
             message = f"night would make {auto:,} changes (more than review.max_auto_changes, {ceiling:,}): held for review"
             held = [{"namespace": "*", "changes": auto, "ceiling": ceiling, "message": message}]
             return _held(con, intents, "review_class = 'auto'", message), held
@@ -76,13 +76,17 @@ def guard_holds(intents: pa.Table, memories: pa.Table, review: ReviewConfig) -> 
     with duck() as con:
         con.register("i", intents)
         con.register("m", memories.select(["id", "namespace", "zone", "superseded_by"]))
-        ceiling = review.max_auto_changes
-        if (
-            ceiling
-            and con.sql("SELECT count(*) FROM i WHERE review_class = 'auto'").fetchall()[0][0] > ceiling
-        ):
+        if _past_ceiling(con, review) is not None:
             return None
         return frozenset(row[0] for row in _over_fraction(con, review))
+
+
+def _past_ceiling(con: duckdb.DuckDBPyConnection, review: ReviewConfig) -> int | None:
+    """How many auto intents (table `i`) the night has, when they pass `review.max_auto_changes`."""
+    if not review.max_auto_changes:
+        return None
+    auto = con.sql("SELECT count(*) FROM i WHERE review_class = 'auto'").fetchall()[0][0]
+    return int(auto) if auto > review.max_auto_changes else None
 
 
 def _over_fraction(con: duckdb.DuckDBPyConnection, review: ReviewConfig) -> list[tuple]:
