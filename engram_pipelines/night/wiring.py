@@ -5,7 +5,8 @@ what the nightly would have: decay scores feed promotions, both feed retention; 
 found are never merged (a changed value is not a duplicate), rows the night's retention takes out of Active take
 no part in a merge (no visible row hides behind an archived canonical), and the consolidation band skips the rows
 the duplicate collapse already took. Retention moves and collapsed duplicates count only where the analysis's
-switch lets them land tonight (`switches.applied_tonight`). Every function returns an analysis's result
+switch lets them land tonight (`switches.applied_tonight`); semantic extraction also leaves out what the volume
+guard will hold (`semantic_view`). Every function returns an analysis's result
 (`AnalysisResult`: its table and its intents).
 """
 
