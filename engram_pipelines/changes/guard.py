@@ -27,6 +27,12 @@ HIDING = """(i.op IN ('supersede', 'purge')
 # What the guard reads of the intents.
 GUARD_COLUMNS = ["namespace", "review_class", "target_kind", "target_id", "op", "params"]
 
+# The intents (table `i`) held in a namespace the guard holds (table `held`): the auto ones that hide a visible row.
+_HELD_IN_NAMESPACE = (
+    f"review_class = 'auto' AND {HIDING} AND i.namespace IN (SELECT namespace FROM held) "
+    "AND i.target_id IN (SELECT id FROM m WHERE zone = 'active' AND superseded_by IS NULL)"
+)
+
 
 def hold_for_review(
     intents: pa.Table, memories: pa.Table, review: ReviewConfig
@@ -62,23 +68,22 @@ def hold_for_review(
             for namespace, hidden, visible, fraction in rows
         ]
         con.register("held", pa.Table.from_pylist(held).select(["namespace", "message"]))
-        where = (
-            f"review_class = 'auto' AND {HIDING} AND i.namespace IN (SELECT namespace FROM held) "
-            "AND i.target_id IN (SELECT id FROM m WHERE zone = 'active' AND superseded_by IS NULL)"
-        )
-        return _held(con, intents, where, None), held
+        return _held(con, intents, _HELD_IN_NAMESPACE, None), held
 
 
-def guard_holds(intents: pa.Table, memories: pa.Table, review: ReviewConfig) -> frozenset[str] | None:
-    """The namespaces whose hiding auto intents `hold_for_review` holds, judged on `intents` alone; None when
-    their number passes `review.max_auto_changes` (every auto intent is held). `intents`: at least
+def held_targets(intents: pa.Table, memories: pa.Table, review: ReviewConfig) -> pa.Array | None:
+    """The targets of the hiding intents `hold_for_review` holds in their namespace, judged on `intents` alone;
+    None when their number passes `review.max_auto_changes` (every auto intent is held). `intents`: at least
     GUARD_COLUMNS."""
     with duck() as con:
         con.register("i", intents)
         con.register("m", memories.select(["id", "namespace", "zone", "superseded_by"]))
         if _past_ceiling(con, review) is not None:
             return None
-        return frozenset(row[0] for row in _over_fraction(con, review))
+        namespaces = [row[0] for row in _over_fraction(con, review)]
+        con.register("held", pa.table({"namespace": pa.array(namespaces, pa.string())}))
+        targets = con.sql(f"SELECT DISTINCT i.target_id FROM i WHERE {_HELD_IN_NAMESPACE}").to_arrow_table()
+        return targets["target_id"].combine_chunks()
 
 
 def _past_ceiling(con: duckdb.DuckDBPyConnection, review: ReviewConfig) -> int | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,10 +28,9 @@ from engram_pipelines.analyses.lifecycle.retention import leaving_active, retent
 from engram_pipelines.analyses.merges.collapse import MergeResult, collapse_duplicates, consolidate
 from engram_pipelines.analyses.projection import project_auto_transitions
 from engram_pipelines.analyses.result import AnalysisResult
-from engram_pipelines.changes.guard import guard_holds
+from engram_pipelines.changes.guard import held_targets
 from engram_pipelines.config.model import Config
 from engram_pipelines.config.switches import applied_tonight
-from engram_pipelines.core.duck import duck
 from engram_pipelines.warehouse.vector_digests import VectorSource
 
 
@@ -79,43 +77,26 @@ def semantic_view(
 
     Tonight's auto collapses and zone moves are projected (`project_auto_transitions`), but only those that
     land: where the analysis's switch lets them (`applied_tonight`) and the volume guard does not hold them
-    (`guard.guard_holds`, judged on `hiding`: the proposals of the analyses semantic extraction reads, which are
+    (`guard.held_targets`, judged on `hiding`: the proposals of the analyses semantic extraction reads, which are
     the ones that hide rows). A held archive leaves its rows as they are until someone approves it; projected, it
-    changed the step's inputs every night more rows aged into it, and every such namespace was computed again
+    changed the step's inputs every night that more rows aged into it, and every such namespace was computed again
     (117 of 396 on a quiet night at 1M). The guard also counts what analyses after this one propose (every auto
     intent against `review.max_auto_changes`; compression's archives where it is switched to auto): those the
     projection cannot know, and it holds back only what these proposals alone make the guard hold.
     """
     retention = applied_tonight(config, "retention", retention)
     duplicates = applied_tonight(config, "duplicates", duplicates)
-    held = guard_holds(hiding, memories, config.review)
+    held = held_targets(hiding, memories, config.review)
     if held is None:
         retention, duplicates = retention.slice(0, 0), duplicates.slice(0, 0)
-    elif held:
-        with duck() as con:
-            con.register("held", pa.table({"namespace": pa.array(sorted(held), pa.string())}))
-            con.register("m", memories.select(["id", "zone", "superseded_by"]))
-            con.register("r", retention)
-            con.register("d", duplicates)
-            visible = "(SELECT id FROM m WHERE zone = 'active' AND superseded_by IS NULL)"
-            # As the guard holds them: the moves out of Active of visible rows, and every collapse of a cluster
-            # that supersedes a visible row (its link and annotation wait with it).
-            retention = (
-                con.sql(
-                    f"""SELECT * FROM r WHERE NOT (namespace IN (SELECT namespace FROM held)
-                    AND from_zone = 'active' AND to_zone IN ('archived', 'purge_queue') AND id IN {visible})"""
-                )
-                .to_arrow_table()
-                .cast(retention.schema)
-            )
-            duplicates = (
-                con.sql(
-                    f"""SELECT * FROM d WHERE cluster_id NOT IN (
-                    SELECT cluster_id FROM d WHERE namespace IN (SELECT namespace FROM held) AND loser IN {visible})"""
-                )
-                .to_arrow_table()
-                .cast(duplicates.schema)
-            )
+    elif len(held):
+        # As the guard holds them: the moves of the rows it holds, and every collapse of a cluster one of whose
+        # losers it holds (its link and annotation wait with it).
+        retention = retention.filter(pc.invert(pc.is_in(retention["id"], value_set=held)))
+        waiting = duplicates.filter(pc.is_in(duplicates["loser"], value_set=held))["cluster_id"]
+        duplicates = duplicates.filter(
+            pc.invert(pc.is_in(duplicates["cluster_id"], value_set=pc.unique(waiting)))
+        )
     fading = retention.filter(
         pc.and_(pc.equal(retention["from_zone"], "active"), pc.equal(retention["to_zone"], "archived"))
     )["id"]
@@ -208,11 +189,23 @@ def merges_for_day(
     cache_root: Path | None = None,
 ) -> tuple[MergeResult, MergeResult]:
     """Both merge steps of one day, in the nightly's order: (duplicate collapse, consolidation band)."""
-    inputs: dict[str, Any] = {
-        "contradiction_pairs": contradiction_pairs,
-        "moves": moves,
-        "cache_root": cache_root,
-    }
-    dup = duplicates_for_day(pairs, memories, config, at, **inputs)
-    merge = consolidation_for_day(pairs, memories, config, at, duplicates=dup.table, **inputs)
+    dup = duplicates_for_day(
+        pairs,
+        memories,
+        config,
+        at,
+        contradiction_pairs=contradiction_pairs,
+        moves=moves,
+        cache_root=cache_root,
+    )
+    merge = consolidation_for_day(
+        pairs,
+        memories,
+        config,
+        at,
+        contradiction_pairs=contradiction_pairs,
+        moves=moves,
+        duplicates=dup.table,
+        cache_root=cache_root,
+    )
     return dup, merge

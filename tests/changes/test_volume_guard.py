@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from engram_pipelines.changes.apply import apply_change_set
-from engram_pipelines.changes.guard import GUARD_COLUMNS, guard_holds, hold_for_review
+from engram_pipelines.changes.guard import GUARD_COLUMNS, held_targets, hold_for_review
 from engram_pipelines.changes.intents import INTENT_SCHEMA
 from engram_pipelines.changes.registry import load_change_set
 from engram_pipelines.changes.revert import approve_change_set
@@ -141,17 +141,20 @@ def test_a_first_night_on_a_hand_made_history_archives_nothing_a_user_would_miss
         assert all(store.get(i)["zone"] == "active" for i in important)
 
 
-def test_guard_holds_names_the_namespaces_hold_for_review_holds():
+def test_held_targets_are_those_hold_for_review_holds():
     archive = {"from": "active", "to": "archived"}
     memories = pa.Table.from_pylist([*visible_rows("a", 4), *visible_rows("b", 10)])
     intents = pa.Table.from_pylist(
         [intent("a", "a-0", "move_zone", archive), intent("b", "b-0", "move_zone", archive)],
         schema=INTENT_SCHEMA,
     )
-    assert guard_holds(intents.select(GUARD_COLUMNS), memories, ReviewConfig()) == {"a"}
-    assert [h["namespace"] for h in hold_for_review(intents, memories, ReviewConfig())[1]] == ["a"]
-    assert guard_holds(intents, memories, ReviewConfig(max_hidden_fraction=1.0)) == frozenset()
-    assert guard_holds(intents, memories, ReviewConfig(max_auto_changes=1)) is None
+    held = held_targets(intents.select(GUARD_COLUMNS), memories, ReviewConfig())
+    assert held is not None and held.to_pylist() == ["a-0"]
+    out, _ = hold_for_review(intents, memories, ReviewConfig())
+    assert [r["target_id"] for r in out.to_pylist() if r["review_class"] == "held"] == ["a-0"]
+    held = held_targets(intents, memories, ReviewConfig(max_hidden_fraction=1.0))
+    assert held is not None and len(held) == 0
+    assert held_targets(intents, memories, ReviewConfig(max_auto_changes=1)) is None
 
 
 def test_semantic_extraction_sees_the_moves_and_collapses_that_land_not_those_the_guard_holds():
