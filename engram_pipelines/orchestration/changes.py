@@ -112,8 +112,12 @@ def change_set(
         context.log.info(
             f"{klass} change set {record.change_set_id}: {record.total} changes {record.counts['by_op']}"
         )
-    for entry in held:
-        context.log.warning(f"volume guard: {entry['message']} in {sets['held'][0].change_set_id}")
+    if held:
+        # One event, a line per namespace: an event each was 1.4 s of a 1M night that held 396 namespaces.
+        context.log.warning(
+            f"volume guard: {len(held)} namespace(s) held for review in {sets['held'][0].change_set_id}:\n"
+            + "\n".join(entry["message"] for entry in held)
+        )
     both = pa.concat_tables([auto_table, gated_table, held_table])
     return dg.MaterializeResult(
         metadata={

@@ -75,9 +75,15 @@ def _merge_order(layers: Layers, chosen: pa.Array | None) -> tuple[pa.Array, pa.
 
 
 def read_layered(
-    layers: Layers, columns: list[str] | None = None, namespaces: list[str] | None = None
+    layers: Layers,
+    columns: list[str] | None = None,
+    namespaces: list[str] | None = None,
+    *,
+    keep: bool = True,
 ) -> pa.Table:
     """The partition's rows (of `namespaces` only, when given) and `columns` (all when None), in id order.
+    The merged rows are kept for the next reader (`_MERGED`) unless `keep` is false: then only `columns` are
+    merged, unless they are kept already.
 
     Float vectors are scattered into one array as they stream from the files, as `read_parquet` gathers them:
     a take over the assembled column would hold 1M x 384 floats twice."""
@@ -89,11 +95,11 @@ def read_layered(
     plain = [n for n in wanted if n not in vectors]
     if plain:
         key = _identity(layers)
-        if chosen is None or key in _MERGED:
+        if key in _MERGED or (chosen is None and keep):
             rows = _merged_rows(layers, schema, key)
             if chosen is not None:
                 rows = rows.filter(pc.is_in(rows["namespace"], value_set=chosen))
-        else:  # some namespaces (a shard's step, in a process of its own): only their rows, not kept
+        else:  # some namespaces (a shard's step, in a process of its own), or a one-off read: not kept
             rows = _merge(layers, schema, plain, chosen)
         merged.update({name: rows[name] for name in plain})
     if vectors:

@@ -226,11 +226,13 @@ class Warehouse:
         columns: list[str] | None = None,
         *,
         namespaces: list[str] | None = None,
+        keep: bool = True,
     ) -> pa.Table:
-        """The partition's rows (of `namespaces` only, when given) and `columns`, plain or layered alike."""
+        """The partition's rows (of `namespaces` only, when given) and `columns`, plain or layered alike.
+        `keep=False`: a layered partition no later reader in this process asks for again (`read_layered`)."""
         layers = self.layers(table, as_of)
         if layers is not None:
-            return read_layered(layers, columns, namespaces)
+            return read_layered(layers, columns, namespaces, keep=keep)
         path = self.table_path(table, as_of)
         if not path.exists():
             raise FileNotFoundError(

@@ -110,6 +110,28 @@ def test_a_layered_partition_reads_as_the_plain_one_it_stands_for(tmp_path):
     assert wh.layers("memories", day3).base.stat().st_ino == wh.table_path("memories", day1).stat().st_ino
 
 
+def test_a_one_off_read_of_a_layered_partition_merges_only_its_columns_and_keeps_nothing(tmp_path):
+    """`keep=False` (the snapshot reading the previous partition's ids): the same rows, nothing kept for later
+    readers; a partition kept already answers it from the kept merge."""
+    from engram_pipelines.warehouse import layers
+
+    day1, day2 = dt.date(2026, 11, 28), dt.date(2026, 11, 29)
+    wh = Warehouse(tmp_path)
+    base = _rows(list(range(0, 100, 2)), 0.0)
+    wh.write_table("memories", day1, base)
+    delta, dropped = _rows([4, 7], 0.5), pa.array(["m000004", "m000006"])
+    wh.write_layers("memories", day2, wh.table_path("memories", day1), delta, dropped)
+    keep = pa.compute.invert(pa.compute.is_in(base["id"], value_set=dropped))
+    expected = pa.concat_tables([base.filter(keep), delta]).sort_by("id")
+    layers._MERGED.clear()
+
+    assert wh.read_table("memories", day2, ["id"], keep=False).equals(expected.select(["id"]))
+    assert not layers._MERGED
+    assert wh.read_table("memories", day2, ["content", "id"]).equals(expected.select(["content", "id"]))
+    assert len(layers._MERGED) == 1
+    assert wh.read_table("memories", day2, ["namespace"], keep=False).equals(expected.select(["namespace"]))
+
+
 def test_a_replaced_layered_partition_is_read_again_not_answered_from_the_last_merge(tmp_path):
     """The merged rows of a layered partition are kept for the night's next readers; a partition written again
     (new files, same directory) is merged again."""

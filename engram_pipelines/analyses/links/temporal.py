@@ -90,31 +90,36 @@ def _literal(at: dt.datetime) -> str:
 
 def _cycle_sql(cfg: TemporalConfig, at: dt.datetime) -> str:
     return f"""
-    -- Endpoints are matched on id + namespace as one key: with two equalities per join the optimizer would
-    -- infer a.namespace = b.namespace and join the two scans of `m` on namespace first (quadratic).
-    WITH keyed AS (SELECT id || chr(31) || namespace AS key, zone FROM m),
-    aged AS (
-        SELECT l.namespace, l.src_id, l.dst_id, l.weight,
-            coalesce(l.traversed_at > l.updated_at, false) AS traversed,
-            l.weight * pow({cfg.decay_rate!r}::DOUBLE,
-                           ceil(epoch({_literal(at)} - l.updated_at) / 86400.0)) AS decayed
-        FROM l JOIN keyed a ON a.key = l.src_id || chr(31) || l.namespace
-               JOIN keyed b ON b.key = l.dst_id || chr(31) || l.namespace
-        WHERE l.kind = 'temporal' AND l.updated_at < {_literal(at)}
-          AND l.src_id <> l.dst_id AND NOT (a.zone = 'purge_queue' AND b.zone = 'purge_queue')
+    -- The weights first, from the links alone: a quiet night has few links due, and the endpoint joins below
+    -- only filter (matching every link's endpoints first was 3.0 s of a 1M night with 2.9M links, none due).
+    WITH aged AS (
+        SELECT namespace, src_id, dst_id, weight,
+            coalesce(traversed_at > updated_at, false) AS traversed,
+            weight * pow({cfg.decay_rate!r}::DOUBLE, ceil((epoch_us({_literal(at)}) - epoch_us(updated_at)) / 86400e6))
+                AS decayed
+        FROM l
+        WHERE kind = 'temporal' AND updated_at < {_literal(at)} AND src_id <> dst_id
     ),
     due AS (
-        SELECT *, round(CASE WHEN traversed
-                             THEN least(decayed * {cfg.traversal_boost!r}, greatest(weight, {WEIGHT_CEILING!r}))
-                             ELSE decayed END, 6) AS new_weight
-        FROM aged
-    )
-    SELECT namespace, src_id, dst_id,
-        CASE WHEN new_weight < {cfg.prune_threshold!r} THEN 'prune' ELSE 'boost' END AS action,
-        weight AS weight_before,
-        CASE WHEN new_weight < {cfg.prune_threshold!r} THEN NULL ELSE new_weight END AS weight_after,
+        SELECT * FROM (
+            SELECT *, round(CASE WHEN traversed
+                                 THEN least(decayed * {cfg.traversal_boost!r}, greatest(weight, {WEIGHT_CEILING!r}))
+                                 ELSE decayed END, 6) AS new_weight
+            FROM aged
+        )
+        WHERE new_weight < {cfg.prune_threshold!r} OR (traversed AND new_weight <> weight)
+    ),
+    -- Endpoints are matched on id + namespace as one key: with two equalities per join the optimizer would
+    -- infer a.namespace = b.namespace and join the two scans of `m` on namespace first (quadratic).
+    keyed AS (SELECT id || chr(31) || namespace AS key, zone FROM m)
+    SELECT d.namespace, d.src_id, d.dst_id,
+        CASE WHEN d.new_weight < {cfg.prune_threshold!r} THEN 'prune' ELSE 'boost' END AS action,
+        d.weight AS weight_before,
+        CASE WHEN d.new_weight < {cfg.prune_threshold!r} THEN NULL ELSE d.new_weight END AS weight_after,
         NULL AS direction, NULL AS distance, NULL AS conversation_id
-    FROM due WHERE new_weight < {cfg.prune_threshold!r} OR (traversed AND new_weight <> weight)
+    FROM due d JOIN keyed a ON a.key = d.src_id || chr(31) || d.namespace
+               JOIN keyed b ON b.key = d.dst_id || chr(31) || d.namespace
+    WHERE NOT (a.zone = 'purge_queue' AND b.zone = 'purge_queue')
     """
 
 
