@@ -159,8 +159,8 @@ def _snapshot_links(
     mark = store.link_journal_mark()  # before the read: what is written meanwhile is read again next night
     keys = None
     since = _links_mark(previous) if previous is not None else None
-    base = dt.date.fromisoformat(previous["as_of"]) if previous is not None and since is not None else None
-    if base is None or not warehouse.has_table("links", base):
+    base = dt.date.fromisoformat(previous["as_of"]) if previous is not None else None
+    if base is None or since is None or not warehouse.has_table("links", base):
         result.links_full_reason = "no earlier snapshot to carry the links over from"
     else:
         # The share above which one full read is cheaper is taken of the links the previous snapshot held (its
