@@ -168,6 +168,21 @@ def test_an_edge_history_made_and_tonight_prunes_is_not_built_again_the_next_nig
     assert "c0|c1|temporal" not in weights(run(world, NEXT_DAY)[1])  # and the next night
 
 
+def test_a_pruned_backward_edge_marks_the_later_memory_too():
+    """The pair is matched in either direction: the backward edge (later -> earlier) decaying away marks the
+    later memory as the forward one does."""
+    world = World(
+        conversation("c", 2),
+        [
+            link("c0", "c1", "temporal", weight=0.5, updated_at=days_ago(1)),
+            link("c1", "c0", "temporal", weight=0.052, updated_at=days_ago(1)),
+        ],
+    )
+    result, intents = run(world)
+    assert sorted(ops(intents)) == [("delete_link", "c1|c0|temporal"), ("set_metadata", "c1")]
+    assert sorted(result["action"].to_pylist()) == ["mark", "prune"]
+
+
 def test_the_nightly_run_after_a_quiet_one_changes_only_time_driven_decay():
     world = World(conversation("c", 4))
     _, first = run(world)
