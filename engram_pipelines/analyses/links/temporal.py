@@ -162,7 +162,7 @@ def _build_sql(cfg: TemporalConfig) -> str:
     -- An unwired memory whose edge to a neighbour decays away tonight was wired by history: marked, so the
     -- next night does not build the pruned edge again (on the 30k demo, 31 edges came back the same day).
     -- The pruned edges in both directions, joined on equalities (an OR of two directions in one condition was
-    -- a nested-loop join: 20 s of a 1M first night, 1.3M neighbours against 8k pruned edges).
+    -- a nested-loop join: 20 s of a 1M first night, 1.3M neighbours against the 8k edges of the cycle).
     SELECT n.namespace, n.earlier_id, n.later_id, 'mark', NULL, NULL, 'forward', n.distance, n.conversation_id
     FROM neighbours n SEMI JOIN (
         SELECT src_id AS a, dst_id AS b FROM cycle WHERE action = 'prune'
