@@ -362,9 +362,8 @@ class SnapshotConfig(_Section):
     max_invalid_fraction: float = Field(0.01, ge=0.0, le=1.0)
     """The blocking check fails the run when more rows than this are quarantined."""
     incremental: bool = True
-    """Read only the memories written since the previous snapshot (their change signature: version, access
-    count, updated_at, last_accessed_at) and the links the store journaled since, and carry the rest over;
-    false reads every row."""
+    """Read only the memories and links the store journaled since the previous snapshot (written by anyone:
+    agents, the apply, a raw writer; deleted ones dropped) and carry the rest over; false reads every row."""
     full_every_days: int = Field(7, ge=1)
     """An incremental snapshot still reads every row when the last full read is this many days old."""
 

@@ -3,13 +3,14 @@
 Every row is validated (pandera for the columns, numpy for the embedding). Invalid rows are not dropped:
 they go to the `quarantine` table with the reason, and are counted. Analyses read only the valid rows.
 
-Incremental (the default): a night reads every memory's change signature (id, version, access count and the
-two timestamps: small columns, no content or vector), compares it with the one the previous snapshot saved,
-re-reads only the rows that are new or differ, drops the ones gone (deleted, purged), and carries every other
-row over from the previous partition. The result is the partition a full read would write (tests hold them
-equal over nights of edits, accesses, deletes and restores). A full read instead when asked
-(`snapshot.incremental: false`), every `snapshot.full_every_days`, and whenever the previous snapshot cannot be
-trusted as a base: none yet, another store, another vector size or schema version, or a file missing; and when
+Incremental (the default): a night asks the store's journal of memories (migration 6: triggers record the id of
+every row inserted, updated or deleted, whoever writes it) which rows were written since the mark the previous
+snapshot took, re-reads those, drops the ones gone (deleted, purged), and carries every other row over from the
+previous partition; the links likewise from their journal (migration 5). The result is the partition a full
+read would write (tests hold them equal over nights of edits, accesses, deletes and restores). A full read
+instead when asked (`snapshot.incremental: false`), every `snapshot.full_every_days`, and whenever the previous
+snapshot cannot be trusted as a base: none yet, another store, another vector size or schema version, a file
+missing, or a journal that no longer reaches back to its mark (pruned, or an older copy of the store); and when
 so many rows changed that one sequential read is cheaper (`FULL_READ_SHARE`).
 """
 
@@ -31,14 +32,14 @@ from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress, SilentProgress
 from engram_pipelines.core.sqltext import quoted
 from engram_pipelines.store import Store
+from engram_pipelines.store.core import LINK_JOURNAL, MEMORY_JOURNAL
 from engram_pipelines.warehouse.parquet import read_parquet
 from engram_pipelines.warehouse.schemas import memory_row_problems
 from engram_pipelines.warehouse.tables import Warehouse
 
 QUARANTINE_SAMPLE = 20
-SIGNATURES = "memory_signatures"  # a warehouse table: each snapshot's baseline for the next
 STATE_FILE = "snapshot_state.json"
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2 (2026-12-03): the memory journal's mark and the rows held; 1 compared change signatures
 # Above this share of changed memories a full read is cheaper than reading them by id and merging: at 100k
 # memories on SQLite (2026-12-02), 75% changed (the night after a first night) took 7.1 s incremental, 4.2 s full.
 FULL_READ_SHARE = 0.3
@@ -100,44 +101,30 @@ def take_snapshot(
         if incremental
         else (None, "a full snapshot was asked for (snapshot.incremental or execution.reuse false)")
     )
-    # Read before the rows: a row written meanwhile is newer in the partition than in its saved signature, so
-    # the next night reads it again (never the other way round, which would miss it).
-    signatures = store.memory_signatures()
-    changes = _changes_since(warehouse, previous, signatures) if previous is not None else None
-    if changes is not None and previous is not None:
-        written = len(changes[0]) + _pending(warehouse, previous)
-        if len(changes[0]) > FULL_READ_SHARE * len(signatures):
-            reason = (
-                f"{len(changes[0]):,} of {len(signatures):,} memories changed since the last snapshot: "
-                "one full read is faster"
-            )
-            changes = None
-        elif written > FULL_READ_SHARE * len(signatures):
-            reason = (
-                f"{written:,} of {len(signatures):,} memories were written since the last full read on "
-                f"{previous['full_at']}: one full read is faster than reading them as layers"
-            )
-            changes = None
-    if previous is None or changes is None:
+    # Taken before the rows are read: a row written meanwhile is journaled at or after it, and read again next
+    # night (never the other way round, which would miss it).
+    memories_mark = store.journal_mark(MEMORY_JOURNAL)
+    written = None
+    if previous is not None:
+        written, reason = _memories_written(store, warehouse, previous)
+    if previous is None or written is None:
         result.full_reason = reason
         _full(store, warehouse, as_of, embedding_dim, batch_size, progress, result)
         full_at = as_of
     else:
-        _incremental(store, warehouse, as_of, previous, changes, embedding_dim, batch_size, progress, result)
+        _incremental(store, warehouse, as_of, previous, written, embedding_dim, batch_size, progress, result)
         full_at = dt.date.fromisoformat(previous["full_at"])
-    warehouse.write_table(SIGNATURES, as_of, signatures)
     result.memories_path = str(warehouse.partition_dir("memories", as_of))
     result.quarantine_path = str(warehouse.table_path("quarantine", as_of))
 
     links_mark = _snapshot_links(store, warehouse, as_of, previous, batch_size, progress, result)
     result.links_path = str(warehouse.table_path("links", as_of))
-    _write_state(warehouse, as_of, store, embedding_dim, full_at, links_mark)
+    _write_state(warehouse, as_of, store, embedding_dim, full_at, result.rows_read, memories_mark, links_mark)
     # Pruned up to what the night before this one read, whatever its mode: a night of slack for its re-run.
-    consumed = (
-        _links_mark(saved) if saved is not None and saved.get("store") == _store_identity(store) else None
-    )
-    if consumed is not None:
-        store.prune_link_journal(consumed)
+    if saved is not None and saved.get("store") == _store_identity(store):
+        for journal, key in ((MEMORY_JOURNAL, "memories_mark"), (LINK_JOURNAL, "links_mark")):
+            if (consumed := _mark(saved, key)) is not None:
+                store.prune_journal(journal, consumed)
     return result
 
 
@@ -156,9 +143,11 @@ def _snapshot_links(
     (inserted, updated or deleted) are read again by key and merged into the previous partition; the rest is
     carried over (a quiet night links the previous file). A full read otherwise, or when the journal lost
     entries from that mark on, or when so many links changed that one read is cheaper."""
-    mark = store.link_journal_mark()  # before the read: what is written meanwhile is read again next night
+    mark = store.journal_mark(
+        LINK_JOURNAL
+    )  # before the read: what is written meanwhile is read again next night
     keys = None
-    since = _links_mark(previous) if previous is not None else None
+    since = _mark(previous, "links_mark") if previous is not None else None
     base = dt.date.fromisoformat(previous["as_of"]) if previous is not None else None
     if base is None or since is None or not warehouse.has_table("links", base):
         result.links_full_reason = "no earlier snapshot to carry the links over from"
@@ -167,9 +156,9 @@ def _snapshot_links(
         # file's footer): counting the store's was 1.0 s of a quiet night at 1M memories (2.9M links).
         total = _row_count(warehouse, "links", base)
         at_most = int(FULL_READ_SHARE * total)
-        keys = store.link_journal_keys(since, at_most)
+        keys = store.journal_keys(LINK_JOURNAL, since, at_most)
         if keys is None:
-            result.links_full_reason = "the store's link journal was pruned past the last snapshot's mark"
+            result.links_full_reason = f"the store's link journal {_NO_REACH}"
         elif len(keys) > at_most:
             result.links_full_reason = (
                 f"more than {at_most:,} links written since the last snapshot, which held {total:,}"
@@ -243,26 +232,41 @@ def _full(
     result.namespaces = dict(sorted(namespace_counts.items()))
 
 
-def _changes_since(
-    warehouse: Warehouse, previous: dict[str, Any], signatures: pa.Table
-) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
-    """(ids new or changed since the previous snapshot, in id order; ids of its rows gone from the store)."""
-    base = dt.date.fromisoformat(previous["as_of"])
-    # `keep=False`: nothing else reads the previous partition tonight (merging and keeping all its columns for
-    # its ids was 2.1 s of a quiet night at 1M memories).
-    old = [
+_NO_REACH = "no longer reaches back to the last snapshot's mark (pruned, or an older copy of the store)"
+
+
+def _memories_written(
+    store: Store, warehouse: Warehouse, previous: dict[str, Any]
+) -> tuple[pa.Array | None, str]:
+    """(ids of the memories journaled since the previous snapshot's mark, in id order; or None and why a full
+    read instead)."""
+    held = previous["rows"]  # memories and quarantined rows the previous snapshot wrote
+    at_most = int(FULL_READ_SHARE * held)
+    keys = store.journal_keys(MEMORY_JOURNAL, previous["memories_mark"], at_most)
+    if keys is None:
+        return None, f"the store's memory journal {_NO_REACH}"
+    if len(keys) > at_most:
+        return None, (
+            f"more than {at_most:,} memories written since the last snapshot, which held {held:,}: "
+            "one full read is faster"
+        )
+    written = len(keys) + _pending(warehouse, previous)
+    if written > at_most:
+        return None, (
+            f"{written:,} memories were written since the last full read on {previous['full_at']} (the last "
+            f"snapshot held {held:,}): one full read is faster than reading them as layers"
+        )
+    return keys["id"].combine_chunks(), ""
+
+
+def _gone(warehouse: Warehouse, base: dt.date, missing: pa.Array) -> int:
+    """How many of the `missing` ids (journaled, no longer in the store) the `base` partition held."""
+    if not len(missing):
+        return 0
+    held = [
         warehouse.read_table(t, base, columns=["id"], keep=False)["id"] for t in ("memories", "quarantine")
     ]
-    old_ids = pa.concat_arrays([ids.combine_chunks().cast(pa.string()) for ids in old])
-    with duck() as con:
-        con.register("now", signatures)
-        con.register("saved", warehouse.read_table(SIGNATURES, base))
-        con.register("old", pa.table({"id": old_ids}))
-        changed = con.sql(
-            "SELECT id FROM (SELECT * FROM now EXCEPT SELECT * FROM saved) ORDER BY id"
-        ).to_arrow_table()["id"]
-        gone = con.sql("SELECT id FROM old EXCEPT SELECT id FROM now").to_arrow_table()["id"]
-    return changed, gone
+    return sum(int(pc.sum(pc.is_in(missing, value_set=ids.combine_chunks())).as_py() or 0) for ids in held)
 
 
 def _incremental(
@@ -270,33 +274,35 @@ def _incremental(
     warehouse: Warehouse,
     as_of: dt.date,
     previous: dict[str, Any],
-    changes: tuple[pa.ChunkedArray, pa.ChunkedArray],
+    written: pa.Array,
     embedding_dim: int,
     batch_size: int,
     progress: Progress,
     result: SnapshotResult,
 ) -> None:
-    """The previous partition, minus the rows gone or changed, plus the changed and new rows read again."""
+    """The previous partition, minus the rows journaled since (`written`), plus those of them the store still
+    holds, read again."""
     base = dt.date.fromisoformat(previous["as_of"])
-    changed, gone = changes
-    result.mode, result.deleted = "incremental", len(gone)
-    if not len(changed) and not len(gone):
+    result.mode = "incremental"
+    if not len(written):
         # A quiet night: the previous partition is tonight's, file for file.
         for table in ("memories", "quarantine"):
             warehouse.link_partition(table, base, as_of)
         namespaces = warehouse.read_table("memories", as_of, columns=["namespace"])
         _summarise(namespaces, warehouse.read_table("quarantine", as_of), result)
         return
-    drop = pa.concat_arrays([changed.combine_chunks(), gone.combine_chunks()]).cast(pa.string())
-    progress.start("snapshot memories (changed)", len(changed))
+    progress.start("snapshot memories (written since the last snapshot)", len(written))
     valid_parts, invalid_parts = [], []
-    for batch in store.iter_memory_batches(batch_size, embedding_dim, ids=changed.to_pylist()):
+    for batch in store.iter_memory_batches(batch_size, embedding_dim, ids=written.to_pylist()):
         valid, invalid = _checked(batch, result)
         valid_parts.append(valid)
         invalid_parts.append(invalid)
         result.reread += batch.num_rows
         progress.advance(batch.num_rows)
     progress.finish()
+    found = pa.chunked_array([p.column("id") for p in (*valid_parts, *invalid_parts)], pa.string())
+    result.deleted = _gone(warehouse, base, written.filter(pc.invert(pc.is_in(written, value_set=found))))
+    drop = written
     schema = records.memory_schema(embedding_dim)
     fresh = pa.Table.from_batches(valid_parts, schema=schema)
     _write_layers(warehouse, base, as_of, schema, drop, fresh)
@@ -371,10 +377,19 @@ def _store_identity(store: Store) -> str:
 
 
 def _write_state(
-    warehouse: Warehouse, as_of: dt.date, store: Store, embedding_dim: int, full_at: dt.date, links_mark: int
+    warehouse: Warehouse,
+    as_of: dt.date,
+    store: Store,
+    embedding_dim: int,
+    full_at: dt.date,
+    rows: int,
+    memories_mark: int,
+    links_mark: int,
 ) -> None:
     state = {
+        "memories_mark": memories_mark,
         "links_mark": links_mark,
+        "rows": rows,
         "format": STATE_FORMAT,
         "as_of": as_of.isoformat(),
         "full_at": full_at.isoformat(),
@@ -411,6 +426,8 @@ def _trusted_base(
         return None, f"{path} is not readable"
     if state.get("format") != STATE_FORMAT:
         return None, "the earlier snapshot was written by another release"
+    if not all(isinstance(state.get(key), int) for key in ("memories_mark", "links_mark", "rows")):
+        return None, f"{path} is not readable"
     if state.get("store") != _store_identity(store):
         return None, "the earlier snapshot is of another store"
     if state.get("embedding_dim") != embedding_dim:
@@ -419,7 +436,7 @@ def _trusted_base(
         return None, "the store's schema changed"
     if (as_of - full_at).days >= full_every_days:
         return None, f"the last full read was on {full_at} (snapshot.full_every_days: {full_every_days})"
-    for table in ("memories", "quarantine", SIGNATURES):
+    for table in ("memories", "quarantine"):
         if not warehouse.has_table(table, base):
             return None, f"the earlier snapshot's {table} of {base} is missing"
     return state, ""
@@ -434,9 +451,9 @@ def _saved_state(warehouse: Warehouse) -> dict[str, Any] | None:
     return state if isinstance(state, dict) else None
 
 
-def _links_mark(state: dict[str, Any]) -> int | None:
-    """The link journal mark a saved state holds (states written before the journal hold none)."""
-    mark = state.get("links_mark")
+def _mark(state: dict[str, Any], key: str) -> int | None:
+    """A journal mark a saved state holds (None in a state that holds none)."""
+    mark = state.get(key)
     return mark if isinstance(mark, int) else None
 
 

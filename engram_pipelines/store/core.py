@@ -7,6 +7,7 @@ import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
@@ -129,40 +130,42 @@ class StoreCore(ABC):
     def iter_link_batches(self, batch_size: int) -> Iterator[pa.RecordBatch]:
         """Stream every link, ordered by (src_id, dst_id, kind) in binary order."""
 
-    # The link journal (migration 5): where an entry sits in the journal's order, and the mark a snapshot
-    # takes before it reads (entries at or after it are read again next time). SQLite: the sequence;
-    # PostgreSQL: the transaction id, because it commits in another order than it numbers.
+    # The journals (migrations 5 and 6): where an entry sits in a journal's order, and the mark a snapshot takes
+    # before it reads (entries at or after it are read again next time). SQLite: the sequence; PostgreSQL: the
+    # transaction id, because it commits in another order than it numbers.
     _JOURNAL_POSITION: str
-    _JOURNAL_MARK_SQL: str
+    _JOURNAL_MARK_SQL: str  # `{journal}`: the journal's table
 
     def _link_timestamp_sql(self, column: str) -> str:
         """A link timestamp column as the store's one text form (`...Z`, microseconds)."""
         return column
 
-    def link_journal_mark(self) -> int:
+    def journal_mark(self, journal: Journal) -> int:
         """The journal position a read that starts now has seen everything before."""
-        return int(self.query(self._JOURNAL_MARK_SQL)[0][0])
+        return int(self.query(self._JOURNAL_MARK_SQL.format(journal=journal.table))[0][0])
 
-    def link_journal_keys(self, since: int, at_most: int) -> pa.Table | None:
-        """The keys (src_id, dst_id, kind) of the links inserted, updated or deleted from the mark `since` on,
-        in binary order, or `at_most` + 1 of them when there are more (a full read is cheaper: the night after a
-        first night journals millions); None when entries from that mark on were pruned (read the links
-        whole)."""
+    def journal_keys(self, journal: Journal, since: int, at_most: int) -> pa.Table | None:
+        """The keys of the rows inserted, updated or deleted from the mark `since` on, in binary order, or
+        `at_most` + 1 of them when there are more (a full read is cheaper: the night after a first night
+        journals millions); None when entries from that mark on are gone: pruned, or the store is an older copy
+        whose journal ends before the mark (read the table whole)."""
+        columns = ", ".join(journal.key)
         rows = self.query(
-            f"SELECT DISTINCT src_id, dst_id, kind FROM link_journal WHERE {self._JOURNAL_POSITION} >= ? "
-            "LIMIT ?",
+            f"SELECT DISTINCT {columns} FROM {journal.table} WHERE {self._JOURNAL_POSITION} >= ? LIMIT ?",
             (since, at_most + 1),
         )
         # Checked after the keys were read: a prune that committed before or during that read shows here.
-        if since < int(self.query("SELECT pruned_below FROM link_journal_state")[0][0]):
+        if since < int(self.query(f"SELECT pruned_below FROM {journal.table}_state")[0][0]):
+            return None
+        if since > self.journal_mark(journal):
             return None
         keys = pa.table(
             [pa.array(list(column), pa.string()) for column in zip(*rows, strict=True)]
             if rows
-            else [pa.array([], pa.string())] * 3,
-            names=list(LINK_KEY),
+            else [pa.array([], pa.string())] * len(journal.key),
+            names=list(journal.key),
         )
-        return keys.sort_by([(name, "ascending") for name in LINK_KEY])
+        return keys.sort_by([(name, "ascending") for name in journal.key])
 
     def links_of(self, keys: pa.Table, chunk: int = 500) -> pa.Table:
         """The links that exist now among `keys` (a table of src_id, dst_id, kind), in binary key order."""
@@ -186,13 +189,15 @@ class StoreCore(ABC):
                 rows += cur.fetchall()
         return link_table(rows).sort_by([(name, "ascending") for name in LINK_KEY])
 
-    def prune_link_journal(self, below: int) -> None:
-        """Drop the journal's entries before the mark `below` (every reader that needs them read the links
+    def prune_journal(self, journal: Journal, below: int) -> None:
+        """Drop the journal's entries before the mark `below` (every reader that needs them read the table
         whole instead)."""
         with self.write_transaction() as cur:
-            cur.execute(self._sql(f"DELETE FROM link_journal WHERE {self._JOURNAL_POSITION} < ?"), (below,))
             cur.execute(
-                self._sql("UPDATE link_journal_state SET pruned_below = ? WHERE pruned_below < ?"),
+                self._sql(f"DELETE FROM {journal.table} WHERE {self._JOURNAL_POSITION} < ?"), (below,)
+            )
+            cur.execute(
+                self._sql(f"UPDATE {journal.table}_state SET pruned_below = ? WHERE pruned_below < ?"),
                 (below, below),
             )
 
@@ -287,35 +292,6 @@ class StoreCore(ABC):
 
         return redact(self.url)
 
-    # Every write to a memory changes at least one of these: agents' edits and the apply bump the version,
-    # access bookkeeping moves access_count and last_accessed_at. The incremental snapshot re-reads a row only
-    # when they differ from what the previous snapshot saw.
-    SIGNATURE_COLUMNS = ("id", "version", "access_count", "updated_at", "last_accessed_at")
-
-    def memory_signatures(self, batch_size: int = 200_000) -> pa.Table:
-        """Every memory's id and change signature (timestamps in the store's one text form): a scan of small
-        columns, no content or vector."""
-        select = ", ".join(
-            self._json_timestamp_sql(c) if c in ("updated_at", "last_accessed_at") else c
-            for c in self.SIGNATURE_COLUMNS
-        )
-        types = [pa.string(), pa.int64(), pa.int64(), pa.string(), pa.string()]
-        parts = []
-        with self.read_transaction():
-            cur = self.conn.cursor()
-            cur.execute(f"SELECT {select} FROM memories")
-            while rows := cur.fetchmany(batch_size):
-                columns = list(zip(*rows, strict=True))
-                parts.append(
-                    pa.table(
-                        [pa.array(v, t) for v, t in zip(columns, types, strict=True)],
-                        names=list(self.SIGNATURE_COLUMNS),
-                    )
-                )
-        if not parts:
-            return pa.table([pa.array([], t) for t in types], names=list(self.SIGNATURE_COLUMNS))
-        return pa.concat_tables(parts)
-
     # -- row conversion ------------------------------------------------------------------------------------
     def _json_value_sql(self, column: str) -> str:
         """A memory column (`m`) as its JSON document value; dialects override where they differ."""
@@ -329,6 +305,18 @@ class StoreCore(ABC):
 
 
 LINK_KEY = ("src_id", "dst_id", "kind")
+
+
+@dataclass(frozen=True)
+class Journal:
+    """A table's journal of the rows written (migrations 5 and 6): its table, `<table>_state`, and the key."""
+
+    table: str
+    key: tuple[str, ...]
+
+
+LINK_JOURNAL = Journal("link_journal", LINK_KEY)
+MEMORY_JOURNAL = Journal("memory_journal", ("id",))
 
 
 def link_table(rows: Sequence[tuple]) -> pa.Table:

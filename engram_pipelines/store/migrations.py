@@ -339,57 +339,89 @@ def _link_journal(dialect: Dialect) -> tuple[str, ...]:
             END
             """,
         )
-    # Statement-level triggers with transition tables: one INSERT ... SELECT per statement, not one per row
-    # (the apply writes links in batches of thousands).
+    return _postgres_journal("memory_links", "link_journal", ("src_id", "dst_id", "kind"))
+
+
+def _memory_journal(dialect: Dialect) -> tuple[str, ...]:
+    """Version 6: a journal of the memories written, as version 5's of the links, so a night's snapshot asks
+    the store which rows to read again instead of scanning every row's change signature (id, version, access
+    count, two timestamps: 5.7 s of a 97 s quiet night at 1M memories on 2026-12-03, 2.7 s of it in SQLite's
+    row stepping).
+
+    Every row inserted, updated (an agent's edit, access bookkeeping, the apply, a raw writer) or deleted is
+    journaled by id; an id changed in place journals the old one too. Marks, transaction ids and
+    `pruned_below` work as in the link journal."""
+    if dialect == "sqlite":
+        add = "INSERT INTO memory_journal (id) VALUES"
+        return (
+            "CREATE TABLE memory_journal (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL)",
+            "CREATE TABLE memory_journal_state (pruned_below INTEGER NOT NULL)",
+            "INSERT INTO memory_journal_state (pruned_below) VALUES (0)",
+            f"CREATE TRIGGER memory_journal_insert AFTER INSERT ON memories BEGIN {add} (NEW.id); END",
+            # One entry per update (an update is most of an apply's writes); the old id only when it changed.
+            f"CREATE TRIGGER memory_journal_update AFTER UPDATE ON memories BEGIN {add} (NEW.id); END",
+            f"""
+            CREATE TRIGGER memory_journal_rekey AFTER UPDATE OF id ON memories WHEN OLD.id IS NOT NEW.id
+            BEGIN {add} (OLD.id); END
+            """,
+            f"CREATE TRIGGER memory_journal_delete AFTER DELETE ON memories BEGIN {add} (OLD.id); END",
+        )
+    return _postgres_journal("memories", "memory_journal", ("id",))
+
+
+def _postgres_journal(table: str, journal: str, key: tuple[str, ...]) -> tuple[str, ...]:
+    """The PostgreSQL journal of `table`'s rows by `key` (versions 5 and 6). Statement-level triggers with
+    transition tables: one INSERT ... SELECT per statement, not one per row (the apply writes in batches of
+    thousands)."""
+    columns = ", ".join(key)
     statements = [
-        """
-        CREATE TABLE link_journal (
+        f"""
+        CREATE TABLE {journal} (
             seq BIGSERIAL PRIMARY KEY,
             xid BIGINT NOT NULL DEFAULT pg_current_xact_id()::text::bigint,
-            src_id TEXT NOT NULL,
-            dst_id TEXT NOT NULL,
-            kind TEXT NOT NULL
+            {", ".join(f"{c} TEXT NOT NULL" for c in key)}
         )
         """,
-        "CREATE INDEX link_journal_xid ON link_journal (xid)",
-        "CREATE TABLE link_journal_state (pruned_below BIGINT NOT NULL)",
-        "INSERT INTO link_journal_state (pruned_below) VALUES (0)",
+        f"CREATE INDEX {journal}_xid ON {journal} (xid)",
+        f"CREATE TABLE {journal}_state (pruned_below BIGINT NOT NULL)",
+        f"INSERT INTO {journal}_state (pruned_below) VALUES (0)",
     ]
     for event, tables, rows in (
-        ("INSERT", "NEW TABLE AS changed", "SELECT src_id, dst_id, kind FROM changed"),
-        ("DELETE", "OLD TABLE AS changed", "SELECT src_id, dst_id, kind FROM changed"),
+        ("INSERT", "NEW TABLE AS changed", f"SELECT {columns} FROM changed"),
+        ("DELETE", "OLD TABLE AS changed", f"SELECT {columns} FROM changed"),
         (
             "UPDATE",
             "OLD TABLE AS old_rows NEW TABLE AS new_rows",
-            "SELECT src_id, dst_id, kind FROM old_rows UNION SELECT src_id, dst_id, kind FROM new_rows",
+            f"SELECT {columns} FROM old_rows UNION SELECT {columns} FROM new_rows",
         ),
     ):
-        name = f"link_journal_{event.lower()}"
+        name = f"{journal}_{event.lower()}"
         statements += [
             f"""
             CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
-                INSERT INTO link_journal (src_id, dst_id, kind) {rows};
+                INSERT INTO {journal} ({columns}) {rows};
                 RETURN NULL;
             END $$
             """,
             f"""
-            CREATE TRIGGER {name} AFTER {event} ON memory_links REFERENCING {tables}
+            CREATE TRIGGER {name} AFTER {event} ON {table} REFERENCING {tables}
                 FOR EACH STATEMENT EXECUTE FUNCTION {name}()
             """,
         ]
+    # A TRUNCATE, which no row trigger sees, counts as a prune past every earlier mark.
     return (
         *statements,
-        """
-        CREATE FUNCTION link_journal_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
+        f"""
+        CREATE FUNCTION {journal}_truncate() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            UPDATE link_journal_state SET pruned_below = pg_current_xact_id()::text::bigint + 1;
+            UPDATE {journal}_state SET pruned_below = pg_current_xact_id()::text::bigint + 1;
             RETURN NULL;
         END $$
         """,
-        """
-        CREATE TRIGGER link_journal_truncate AFTER TRUNCATE ON memory_links
-            FOR EACH STATEMENT EXECUTE FUNCTION link_journal_truncate()
+        f"""
+        CREATE TRIGGER {journal}_truncate AFTER TRUNCATE ON {table}
+            FOR EACH STATEMENT EXECUTE FUNCTION {journal}_truncate()
         """,
     )
 
@@ -418,6 +450,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "a journal of the links written, for snapshots that read only what changed",
         _link_journal("sqlite"),
         _link_journal("postgres"),
+    ),
+    Migration(
+        6,
+        "a journal of the memories written, for snapshots that ask which rows to read again",
+        _memory_journal("sqlite"),
+        _memory_journal("postgres"),
     ),
 )
 

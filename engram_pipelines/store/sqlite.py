@@ -155,9 +155,7 @@ class SQLiteStore(Store):
 
     # One writer at a time: the next sequence number marks everything committed before it.
     _JOURNAL_POSITION = "seq"
-    _JOURNAL_MARK_SQL = (
-        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'link_journal'), 0) + 1"
-    )
+    _JOURNAL_MARK_SQL = "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{journal}'), 0) + 1"
 
     def _json_object(self, pairs: Sequence[tuple[str, str]]) -> str:
         return "json_object(" + ", ".join(f"'{k}', {v}" for k, v in pairs) + ")"

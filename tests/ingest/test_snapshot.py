@@ -185,12 +185,14 @@ def test_a_full_read_when_the_base_cannot_be_trusted(store, tmp_path):
     late = take_snapshot(store, warehouse, AS_OF + dt.timedelta(days=7))
     assert late.mode == "full" and "full_every_days" in late.full_reason
     next_day = AS_OF + dt.timedelta(days=8)
-    (warehouse.table_path("memory_signatures", AS_OF + dt.timedelta(days=7))).unlink()
-    assert "memory_signatures" in take_snapshot(store, warehouse, next_day).full_reason
+    (warehouse.table_path("quarantine", AS_OF + dt.timedelta(days=7))).unlink()
+    assert "quarantine" in take_snapshot(store, warehouse, next_day).full_reason
     # Most rows changed (the night after a first night's apply): one full read, and the partition is the same.
     store.insert_memories([memory(i) for i in range(5, 10)])
     busy = take_snapshot(store, warehouse, next_day + dt.timedelta(days=1))
-    assert busy.mode == "full" and "5 of 10 memories changed" in busy.full_reason
+    assert busy.mode == "full" and busy.full_reason == (
+        "more than 1 memories written since the last snapshot, which held 5: one full read is faster"
+    )
     assert busy.memories == 10
 
 
@@ -216,8 +218,8 @@ def test_incremental_nights_write_layers_until_the_rows_written_since_outgrow_th
     store.update_memory("m4", 1, content="m4 says something new")
     day = AS_OF + dt.timedelta(days=3)
     third = take_snapshot(store, warehouse, day)
-    assert (
-        third.mode == "full" and "4 of 10 memories were written since the last full read" in third.full_reason
+    assert third.mode == "full" and third.full_reason.startswith(
+        "4 memories were written since the last full read on 2026-11-29 (the last snapshot held 10)"
     )
     assert warehouse.layers("memories", day) is None
     take_snapshot(store, full, day, incremental=False)
@@ -291,7 +293,7 @@ def test_a_link_journal_pruned_past_a_warehouse_mark_means_a_full_read(store, tm
     journaled = store.query("SELECT count(*) FROM link_journal")[0][0]
     assert journaled == 1  # the last night's insert: the earlier ones were read and then pruned
     late = take_snapshot(store, lagging, AS_OF + dt.timedelta(days=3))
-    assert "pruned" in late.links_full_reason and late.links == 23
+    assert "no longer reaches back" in late.links_full_reason and late.links == 23
     store.insert_links([link(f"m{i}", f"m{i + 2}", "similar") for i in range(10)])
     many = take_snapshot(store, nightly, AS_OF + dt.timedelta(days=4))
     # 10 written against the 23 the last snapshot held: past the share where one full read is cheaper.
@@ -353,3 +355,84 @@ def test_every_link_removed_at_once_is_seen_by_the_next_snapshot(store, tmp_path
     emptied = take_snapshot(store, warehouse, AS_OF + dt.timedelta(days=1))
     assert emptied.links == 0
     assert warehouse.read_table("links", AS_OF + dt.timedelta(days=1)).num_rows == 0
+
+
+def test_a_memory_journal_that_no_longer_reaches_the_mark_means_a_full_read(store, tmp_path):
+    """Each snapshot prunes the memory journal up to what the night before it read: a second warehouse whose
+    mark is older, and a store older than the warehouse's mark (a copy restored from before the last snapshot),
+    read the memories whole instead of missing what the journal lacks."""
+    import datetime as dt
+    import json
+
+    from engram_pipelines.ingest.snapshot import STATE_FILE
+    from engram_pipelines.warehouse.tables import Warehouse
+
+    store.insert_memories([memory(i) for i in range(10)])
+    nightly, lagging = Warehouse(tmp_path / "nightly"), Warehouse(tmp_path / "lagging")
+    take_snapshot(store, nightly, AS_OF)
+    take_snapshot(store, lagging, AS_OF)
+    for day in (1, 2, 3):
+        store.update_memory(f"m{day}", 1, content=f"m{day} says something new")
+        night = take_snapshot(store, nightly, AS_OF + dt.timedelta(days=day))
+        assert (night.mode, night.reread) == ("incremental", 1), night.full_reason
+    assert store.query("SELECT count(*) FROM memory_journal")[0][0] == 1  # the earlier nights' were pruned
+    late = take_snapshot(store, lagging, AS_OF + dt.timedelta(days=3))
+    assert late.full_reason == (
+        "the store's memory journal no longer reaches back to the last snapshot's mark (pruned, or an older "
+        "copy of the store)"
+    )
+    assert _partition(lagging, "memories", AS_OF + dt.timedelta(days=3)).equals(
+        _partition(nightly, "memories", AS_OF + dt.timedelta(days=3))
+    )
+    state_file = nightly.tables_root / STATE_FILE
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**state, "memories_mark": state["memories_mark"] + 1_000}))
+    restored = take_snapshot(store, nightly, AS_OF + dt.timedelta(days=4))
+    assert restored.mode == "full" and "memory journal no longer reaches back" in restored.full_reason
+
+
+def test_every_memory_removed_at_once_is_seen_by_the_next_snapshot(store, tmp_path):
+    """TRUNCATE on PostgreSQL (no row trigger sees it: the journal counts as pruned), a DELETE of every row on
+    SQLite (its row triggers journal each)."""
+    import datetime as dt
+
+    from engram_pipelines.warehouse.tables import Warehouse
+
+    store.insert_memories([memory(i) for i in range(10)])
+    warehouse = Warehouse(tmp_path / "wh")
+    take_snapshot(store, warehouse, AS_OF)
+    with store.write_transaction() as cur:
+        cur.execute("DELETE FROM memories" if store.dialect == "sqlite" else "TRUNCATE memories")
+    emptied = take_snapshot(store, warehouse, AS_OF + dt.timedelta(days=1))
+    assert emptied.memories == 0
+    assert warehouse.read_table("memories", AS_OF + dt.timedelta(days=1)).num_rows == 0
+
+
+def test_a_store_migrated_to_the_memory_journal_reads_whole_once_then_only_what_changed(
+    store_url, tmp_path, monkeypatch
+):
+    """A store and warehouse as release 5 left them (no memory journal, a snapshot state without its mark):
+    the first night after the migration reads every row, the next only the rows journaled since."""
+    import datetime as dt
+    import json
+
+    from engram_pipelines.ingest.snapshot import STATE_FILE
+    from engram_pipelines.store import core
+    from engram_pipelines.store.migrations import MIGRATIONS
+    from engram_pipelines.warehouse.tables import Warehouse
+
+    monkeypatch.setattr(core, "MIGRATIONS", MIGRATIONS[:5])
+    with open_store(store_url, migrate=True) as old:
+        old.insert_memories([memory(i) for i in range(10)])
+    warehouse = Warehouse(tmp_path / "wh")
+    state_file = warehouse.tables_root / STATE_FILE
+    state_file.parent.mkdir(parents=True)
+    state_file.write_text(json.dumps({"format": 1, "as_of": AS_OF.isoformat(), "full_at": AS_OF.isoformat()}))
+    monkeypatch.setattr(core, "MIGRATIONS", MIGRATIONS)
+    with open_store(store_url, migrate=True) as store:
+        assert store.query("SELECT count(*) FROM memory_journal")[0][0] == 0
+        first = take_snapshot(store, warehouse, AS_OF + dt.timedelta(days=1))
+        assert first.full_reason == "the earlier snapshot was written by another release"
+        store.update_memory("m4", 1, content="m4 says something new")
+        second = take_snapshot(store, warehouse, AS_OF + dt.timedelta(days=2))
+        assert (second.mode, second.reread, second.memories) == ("incremental", 1, 10)
