@@ -143,9 +143,8 @@ def _snapshot_links(
     (inserted, updated or deleted) are read again by key and merged into the previous partition; the rest is
     carried over (a quiet night links the previous file). A full read otherwise, or when the journal lost
     entries from that mark on, or when so many links changed that one read is cheaper."""
-    mark = store.journal_mark(
-        LINK_JOURNAL
-    )  # before the read: what is written meanwhile is read again next night
+    # Before the read: what is written meanwhile is read again next night.
+    mark = store.journal_mark(LINK_JOURNAL)
     keys = None
     since = _mark(previous, "links_mark") if previous is not None else None
     base = dt.date.fromisoformat(previous["as_of"]) if previous is not None else None
@@ -302,18 +301,15 @@ def _incremental(
     progress.finish()
     found = pa.chunked_array([p.column("id") for p in (*valid_parts, *invalid_parts)], pa.string())
     result.deleted = _gone(warehouse, base, written.filter(pc.invert(pc.is_in(written, value_set=found))))
-    drop = written
     schema = records.memory_schema(embedding_dim)
     fresh = pa.Table.from_batches(valid_parts, schema=schema)
-    _write_layers(warehouse, base, as_of, schema, drop, fresh)
+    _write_layers(warehouse, base, as_of, schema, written, fresh)
     namespaces = warehouse.read_table("memories", as_of, columns=["namespace"])
     old_quarantine = warehouse.read_table("quarantine", base)
+    kept = old_quarantine.filter(pc.invert(pc.is_in(old_quarantine["id"], value_set=written)))
     q_schema = quarantine_schema(embedding_dim)
     quarantine = pa.concat_tables(
-        [
-            old_quarantine.filter(pc.invert(pc.is_in(old_quarantine["id"], value_set=drop))).cast(q_schema),
-            pa.Table.from_batches(invalid_parts, schema=q_schema),
-        ]
+        [kept.cast(q_schema), pa.Table.from_batches(invalid_parts, schema=q_schema)]
     ).sort_by("id")
     warehouse.write_table("quarantine", as_of, quarantine)
     _summarise(namespaces, quarantine, result)
