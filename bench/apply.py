@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engram_pipelines.changes.apply import apply_change_set  # noqa: E402
-from engram_pipelines.changes.compose import compose, intents_table  # noqa: E402
+from engram_pipelines.changes.compose import compose  # noqa: E402
+from engram_pipelines.changes.intents import intents_table  # noqa: E402
 from engram_pipelines.changes.registry import load_change_set, store_change_set  # noqa: E402
 from engram_pipelines.core.timestamps import end_of_day  # noqa: E402
 from engram_pipelines.ingest.snapshot import take_snapshot  # noqa: E402
