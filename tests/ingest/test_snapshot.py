@@ -338,25 +338,6 @@ def test_links_written_by_a_transaction_open_during_a_snapshot_are_read_the_next
     assert _partition(warehouse, "links", day).equals(_partition(full, "links", day))
 
 
-def test_every_link_removed_at_once_is_seen_by_the_next_snapshot(store, tmp_path):
-    """TRUNCATE on PostgreSQL (no row trigger sees it: the journal counts as pruned), a DELETE of every row on
-    SQLite (its row triggers journal each)."""
-    import datetime as dt
-
-    from engram_pipelines.warehouse.tables import Warehouse
-    from tests.support.world import link
-
-    store.insert_memories([memory(i, namespace="ns1") for i in range(10)])
-    store.insert_links([link(f"m{i}", f"m{i + 1}", "temporal_next") for i in range(5)])
-    warehouse = Warehouse(tmp_path / "wh")
-    take_snapshot(store, warehouse, AS_OF)
-    with store.write_transaction() as cur:
-        cur.execute("DELETE FROM memory_links" if store.dialect == "sqlite" else "TRUNCATE memory_links")
-    emptied = take_snapshot(store, warehouse, AS_OF + dt.timedelta(days=1))
-    assert emptied.links == 0
-    assert warehouse.read_table("links", AS_OF + dt.timedelta(days=1)).num_rows == 0
-
-
 def test_a_memory_journal_that_no_longer_reaches_the_mark_means_a_full_read(store, tmp_path):
     """Each snapshot prunes the memory journal up to what the night before it read: a second warehouse whose
     mark is older, and a store older than the warehouse's mark (a copy restored from before the last snapshot),
@@ -391,21 +372,24 @@ def test_a_memory_journal_that_no_longer_reaches_the_mark_means_a_full_read(stor
     assert restored.mode == "full" and "memory journal no longer reaches back" in restored.full_reason
 
 
-def test_every_memory_removed_at_once_is_seen_by_the_next_snapshot(store, tmp_path):
+@pytest.mark.parametrize(("table", "partition"), [("memory_links", "links"), ("memories", "memories")])
+def test_every_row_removed_at_once_is_seen_by_the_next_snapshot(store, tmp_path, table, partition):
     """TRUNCATE on PostgreSQL (no row trigger sees it: the journal counts as pruned), a DELETE of every row on
-    SQLite (its row triggers journal each)."""
+    SQLite (its row triggers journal each), of the links and of the memories."""
     import datetime as dt
 
     from engram_pipelines.warehouse.tables import Warehouse
+    from tests.support.world import link
 
-    store.insert_memories([memory(i) for i in range(10)])
+    store.insert_memories([memory(i, namespace="ns1") for i in range(10)])
+    store.insert_links([link(f"m{i}", f"m{i + 1}", "temporal_next") for i in range(5)])
     warehouse = Warehouse(tmp_path / "wh")
     take_snapshot(store, warehouse, AS_OF)
     with store.write_transaction() as cur:
-        cur.execute("DELETE FROM memories" if store.dialect == "sqlite" else "TRUNCATE memories")
+        cur.execute(f"DELETE FROM {table}" if store.dialect == "sqlite" else f"TRUNCATE {table}")
     emptied = take_snapshot(store, warehouse, AS_OF + dt.timedelta(days=1))
-    assert emptied.memories == 0
-    assert warehouse.read_table("memories", AS_OF + dt.timedelta(days=1)).num_rows == 0
+    assert getattr(emptied, partition) == 0
+    assert warehouse.read_table(partition, AS_OF + dt.timedelta(days=1)).num_rows == 0
 
 
 def test_a_store_migrated_to_the_memory_journal_reads_whole_once_then_only_what_changed(
