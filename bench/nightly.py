@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -80,15 +81,16 @@ class Copies:
 
 def one_case(
     n: int, copies: Copies, later_nights: bool = True, text: bool = False, changed_share: float = 0.01
-) -> list[dict[str, object]]:
+) -> Iterator[dict[str, object]]:
+    """The case's rows, each as soon as it is measured (a 1M case runs for an hour)."""
     env = _env(copies.url, copies.work)
     # The corpus is loaded by a child of its own, so that the first night's peak is the night's.
     _, load_wall, load_peak = _child([sys.executable, "-c", _LOAD, str(n), AS_OF.isoformat(), str(text)], env)
-    rows = [_row("load of the demo corpus", n, {"seconds": load_wall}, load_wall, load_peak)]
+    yield _row("load of the demo corpus", n, {"seconds": load_wall}, load_wall, load_peak)
     first, wall, peak = run_cli(["run", "--as-of", AS_OF.isoformat()], env)
-    rows.append(_row("first night", n, first, wall, peak))
+    yield _row("first night", n, first, wall, peak)
     if not later_nights:
-        return rows
+        return
     full_config = copies.work.parent / f"{copies.work.name}-full.yaml"
     full_config.write_text("execution:\n  reuse: false\n")
     # The second night embeds and compares what the first night's apply created (semantic facts, merged rows,
@@ -110,10 +112,9 @@ def one_case(
             raise SystemExit(
                 f"{label}: the incremental night and the full recompute proposed different changes"
             )
-        rows.append(_row(label, n, later, wall, peak, versus=float(full["seconds"])))
-        rows.append(_row(f"{label}, full recompute", n, full, full_wall, full_peak))
+        yield _row(label, n, later, wall, peak, versus=float(full["seconds"]))
+        yield _row(f"{label}, full recompute", n, full, full_wall, full_peak)
         shutil.rmtree(target, ignore_errors=True)
-    return rows
 
 
 _LOAD = """
