@@ -51,8 +51,8 @@ def test_joins_as_written_reaches_only_its_own_blocks() -> None:
         assert "join_order" not in _setting(plain, "disabled_optimizers")
 
 
-def test_freed_memory_goes_back_to_the_system() -> None:
-    # Without the allocator's background threads the database kept what its closed cursors freed.
+def test_the_allocator_background_threads_are_on() -> None:
+    # They hand back what closed cursors freed: without them a closed 1.3 GB group-by left 0.8 GB of RSS.
     with duck() as con:
         assert _setting(con, "allocator_background_threads") == "true"
 
