@@ -2,12 +2,12 @@
 
 The connections are cursors of one in-memory database per process (and per optimizer setting). Opening a
 database registers every built-in function anew: 28 ms a `duckdb.connect()` on this 2-core machine, against
-8 us a cursor, and a quiet night at 1M memories opened 136 of them (4.2 s of a profiled night). A cursor has its own session:
-its registered tables, temporary tables and session settings (`SET TimeZone`) are its own and go when it
-closes; global settings would reach every cursor, so the one `duck` sets (`joins_as_written`) has a database
-of its own. A database keeps the memory its cursors freed for itself (a closed 1.3 GB group-by left 0.8 GB
-behind) unless its allocator's background threads hand it back: with them, it is back within 3 s. A forked
-child leaves its parent's databases alone and opens its own (see `_forget_inherited`).
+8 us a cursor, and a quiet night at 1M memories opened 136 of them (4.2 s of a profiled night). A cursor has
+its own session: its registered tables, temporary tables and session settings (`SET TimeZone`) are its own
+and go when it closes; global settings would reach every cursor, so the one `duck` sets (`joins_as_written`)
+has a database of its own. A database keeps the memory its cursors freed for itself (a closed 1.3 GB
+group-by left 0.8 GB behind) unless its allocator's background threads hand it back: with them, it is back
+within 3 s. A forked child leaves its parent's databases alone and opens its own (see `_forget_inherited`).
 """
 
 from __future__ import annotations
