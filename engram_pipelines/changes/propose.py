@@ -11,6 +11,7 @@ from engram_pipelines.changes.compose import SNAPSHOT_COLUMNS, compose_ranges, n
 from engram_pipelines.changes.guard import hold_for_review
 from engram_pipelines.changes.intents import INTENT_SCHEMA
 from engram_pipelines.changes.registry import store_change_set
+from engram_pipelines.changes.waiting import waiting_sets, without_waiting
 from engram_pipelines.config.model import Config
 from engram_pipelines.config.switches import switched_intents
 from engram_pipelines.core.timestamps import end_of_day, utc_now
@@ -28,10 +29,14 @@ def propose_change_sets(
     config: Config,
 ) -> tuple[dict[str, tuple[ChangeSetRecord, pa.Table]], list[dict]]:
     """(review class -> (registered record, change table) for the proposals of `sources`, what the volume
-    guard held for review: `guard.hold_for_review`; recorded on the gated set's counts as `held_for_review`)."""
+    guard held for review: `guard.hold_for_review`). The held set's counts record them as `held_for_review`,
+    beside `waiting_in`: per earlier set, the held changes that wait there (`waiting.without_waiting`)."""
     # One read of the snapshot serves the guard (namespaces, zones) and compose (the rows it folds).
     memories = warehouse.read_table("memories", as_of, columns=[*SNAPSHOT_COLUMNS, "namespace"])
     intents, held = guarded_intents(warehouse, as_of, sources, config, memories)
+    earlier = waiting_sets(store, warehouse.root, as_of, job=job, config=config)
+    intents, waiting = without_waiting(intents, memories, earlier)
+    held = [_with_waiting(entry, waiting) for entry in held]
     if job == "consolidate":
         # The consolidate job proposes what waits for review; the auto class is the nightly's to apply (a
         # consolidate's auto set was left proposed forever).
@@ -49,12 +54,37 @@ def propose_change_sets(
                 table,
                 created_at=now,
                 config_fingerprint=config.fingerprint(),
-                notes={"held_for_review": held} if klass == "held" and held else None,
+                notes=_held_notes(held, waiting) if klass == "held" else None,
             ),
             table,
         )
         for klass, table in sets.items()
     }, held
+
+
+def _held_notes(held: list[dict], waiting: list[dict]) -> dict | None:
+    """What the held set's counts add: the guard's entries and how many held changes wait in each earlier set
+    (`waiting.without_waiting`) rather than in this one."""
+    if not held:
+        return None
+    return {"held_for_review": held, **({"waiting_in": _per_set(waiting)} if waiting else {})}
+
+
+def _with_waiting(entry: dict, waiting: list[dict]) -> dict:
+    """A guard entry, its message naming the earlier sets where its namespace's held changes (for "*", the
+    night's) wait."""
+    per_set = _per_set([w for w in waiting if entry["namespace"] in ("*", w["namespace"])])
+    if not per_set:
+        return entry
+    said = ", ".join(f"{n:,} in {change_set_id}" for change_set_id, n in per_set.items())
+    return {**entry, "message": f"{entry['message']}; waiting already, not proposed again: {said}"}
+
+
+def _per_set(waiting: list[dict]) -> dict[str, int]:
+    per_set: dict[str, int] = {}
+    for entry in waiting:
+        per_set[entry["change_set_id"]] = per_set.get(entry["change_set_id"], 0) + entry["changes"]
+    return dict(sorted(per_set.items()))
 
 
 def guarded_intents(

@@ -213,3 +213,57 @@ def test_semantic_extraction_sees_the_moves_and_collapses_that_land_not_those_th
         zone_and_canonical == (r["zone"], None) for r in rows for zone_and_canonical in [view[r["id"]]]
     )
     assert fading == []
+
+
+def test_a_held_change_waits_in_its_set_and_is_not_proposed_again(store_url: str, tmp_path: Path):
+    """A held change waits while its row is as the change was decided on: the next nights propose only what is
+    new or moved (the first night's own auto changes moved the held rows: the second night proposes them again;
+    an agent's edit moves one), not the rest of the hold. A re-run of a night proposes what its first run did;
+    review.held_renewal_days: 0 proposes every hold every night."""
+    warehouse, config = str(tmp_path / "wh"), tmp_path / "renew.yaml"
+    with open_store(store_url, migrate=True) as store:
+        import_jsonl(store, HISTORY, default_namespace=None, embedding_dim=384, rejects_path=tmp_path / "r")
+
+    def night(day: int, config_path: str | None = None) -> tuple[str, dict, set[str]]:
+        as_of = AS_OF + dt.timedelta(days=day)
+        result = execute_job("nightly", as_of, store=store_url, warehouse=warehouse, config_path=config_path)
+        assert result["success"], result.get("error")
+        held_id = result["steps"]["change_set"]["held_change_set"]
+        with open_store(store_url) as store:
+            record, held = load_change_set(store, held_id)
+        return held_id, record.counts, set(held["target_id"].to_pylist())
+
+    first_id, _, first = night(0)
+    second_id, counts, second = night(1)
+    assert second == first and len(second) > 10 and "waiting_in" not in counts
+    edited, accessed = sorted(second)[:2]
+    with open_store(store_url) as store:
+        row = store.get(edited)
+        store.update_memory(edited, row["version"], content=row["content"] + " (corrected)")
+        store.record_access(
+            accessed, at=dt.datetime.combine(AS_OF + dt.timedelta(days=2), dt.time(9), dt.UTC)
+        )
+
+    third_id, counts, third = night(2)
+    # The edited row is proposed again (its waiting change would fail its guard), the accessed one is no longer
+    # archived at all, the rest wait in the second night's set (the oldest whose guards hold), which the
+    # guard's message names.
+    assert edited in third and accessed not in third and not third & (second - {edited})
+    waited = len(second) - 2
+    assert counts["waiting_in"] == {second_id: waited}
+    said = [
+        entry["message"].split("; waiting already, not proposed again: ")[1]
+        for entry in counts["held_for_review"]
+    ]
+    assert sum(int(words.split(" in ")[0]) for words in said) == waited and all(second_id in w for w in said)
+    assert night(2) == (third_id, counts, third)  # a re-run: the same held set
+
+    # Renewal 0: everything held is proposed again; the waiting sets are left as they were.
+    config.write_text("review:\n  held_renewal_days: 0\n")
+    _, counts, renewed = night(3, str(config))
+    assert renewed >= second - {accessed} and "waiting_in" not in counts
+    with open_store(store_url) as store:
+        approve_change_set(store, second_id, actor="test")
+        outcome = apply_change_set(store, second_id, actor="test")
+    # The edited row is the agent's; the accessed one no longer qualifies.
+    assert (outcome.applied, outcome.skipped_concurrent_edit, outcome.ineligible) == (waited, 1, 1)
