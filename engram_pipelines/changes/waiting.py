@@ -2,7 +2,7 @@
 
 What the volume guard holds waits for a person, who may take days. Proposed again each night, the same hold
 became a new set of the same changes every night: one reviewer saw a week of overlapping sets (only the newest
-applies cleanly: the others' guards fail on the rows it moved), and a 1M store whose first night held 628k
+applies cleanly: the others' guards fail on the rows it moved), and a 1M store whose first night held 593k
 archive moves composed and stored all of them again every quiet night (measured on one: the change set step
 12.9 s of a 42.0 s quiet night and a 60 MB held set each night; waiting, 3.8 s of 31.4 s and 2 MB).
 
