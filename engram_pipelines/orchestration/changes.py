@@ -161,15 +161,24 @@ def _total_by_op(sets) -> dict[str, int]:
 
 
 def _how_to_decide(sets) -> str:
-    waiting = [(k, rec) for k, (rec, _) in sets.items() if k != "auto" and rec.total]
+    waiting = [
+        (f"{klass} ({rec.total} changes)", rec.change_set_id)
+        for klass, (rec, _) in sets.items()
+        if klass != "auto" and rec.total
+    ]
+    # Held changes that wait in an earlier night's set (changes/waiting.py) wait for the same decision.
+    waiting += [
+        (f"held on an earlier night ({n} of its changes still wait)", change_set_id)
+        for change_set_id, n in sets["held"][0].counts.get("waiting_in", {}).items()
+    ]
     if not waiting:
         return "Nothing waits for review tonight."
     lines = ["Read the review page (`review_page_*`), then launch the job **review** with this config:", ""]
-    for klass, record in waiting:
+    for label, change_set_id in waiting:
         lines += [
-            f"{klass} ({record.total} changes):",
+            f"{label}:",
             "```yaml",
-            f"ops:\n  review_change_set:\n    config:\n      change_set_id: {record.change_set_id}",
+            f"ops:\n  review_change_set:\n    config:\n      change_set_id: {change_set_id}",
             "      action: approve_and_apply\n      actor: your-name",
             "```",
         ]

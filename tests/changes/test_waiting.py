@@ -13,6 +13,7 @@ from engram_pipelines.changes.waiting import waiting_sets, without_waiting
 from engram_pipelines.config.model import Config, ReviewConfig
 from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.ingest.snapshot import take_snapshot
+from engram_pipelines.orchestration.changes import _how_to_decide
 from engram_pipelines.store import ChangeSetRecord, Store
 from engram_pipelines.warehouse.tables import Warehouse
 from tests.support.changes import intent
@@ -102,3 +103,19 @@ def test_a_held_intent_waits_only_where_the_same_change_still_applies_as_it_stan
     assert ("m1", "held", "move_zone") not in left and ("m1", "auto", "mark_stale") in left
     assert len(left) == intents.num_rows - 1
     assert without_waiting(intents, warehouse.read_table("memories", tonight), []) == (intents, [])
+
+
+def test_the_runs_advice_names_the_earlier_sets_where_held_changes_wait():
+    def record(klass: str, total: int, **counts: Any) -> tuple[ChangeSetRecord, None]:
+        change_set_id = f"2026-11-30-nightly-{klass}-0"
+        return ChangeSetRecord(
+            change_set_id, T0, "2026-11-30", "nightly", klass, "proposed", "", "", total, counts
+        ), None
+
+    quiet = {k: record(k, 0) for k in ("auto", "gated")}
+    assert _how_to_decide({**quiet, "held": record("held", 0)}) == "Nothing waits for review tonight."
+    advice = _how_to_decide(
+        {**quiet, "held": record("held", 0, waiting_in={"2026-11-29-nightly-held-1": 12})}
+    )
+    assert "held on an earlier night (12 of its changes still wait)" in advice
+    assert "change_set_id: 2026-11-29-nightly-held-1" in advice
