@@ -161,6 +161,9 @@ class HealthReport:
                 lines.append(
                     f"waiting for review ({klass}): {info['total']:,} changes in {info['change_set_id']}"
                 )
+        # What the guard held tonight that already waits in an earlier night's set (changes/waiting.py).
+        for change_set_id, n in self.changes.get("held", {}).get("waiting_in", {}).items():
+            lines.append(f"waiting for review (held on an earlier night): {n:,} changes in {change_set_id}")
         return lines
 
     def recommendations(self) -> list[str]:

@@ -224,10 +224,13 @@ def test_a_held_change_waits_in_its_set_and_is_not_proposed_again(store_url: str
     with open_store(store_url, migrate=True) as store:
         import_jsonl(store, HISTORY, default_namespace=None, embedding_dim=384, rejects_path=tmp_path / "r")
 
+    reports: list[list[str]] = []
+
     def night(day: int, config_path: str | None = None) -> tuple[str, dict, set[str]]:
         as_of = AS_OF + dt.timedelta(days=day)
         result = execute_job("nightly", as_of, store=store_url, warehouse=warehouse, config_path=config_path)
         assert result["success"], result.get("error")
+        reports.append(result["steps"]["health_report"]["what_happened"])
         held_id = result["steps"]["change_set"]["held_change_set"]
         with open_store(store_url) as store:
             record, held = load_change_set(store, held_id)
@@ -256,6 +259,7 @@ def test_a_held_change_waits_in_its_set_and_is_not_proposed_again(store_url: str
         for entry in counts["held_for_review"]
     ]
     assert sum(int(words.split(" in ")[0]) for words in said) == waited and all(second_id in w for w in said)
+    assert f"waiting for review (held on an earlier night): {waited:,} changes in {second_id}" in reports[-1]
     assert night(2) == (third_id, counts, third)  # a re-run: the same held set
 
     # Renewal 0: everything held is proposed again; the waiting sets are left as they were.
