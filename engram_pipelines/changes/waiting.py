@@ -11,8 +11,8 @@ it again only if it would not apply as it stands: the target's row moved (versio
 differ from the change's guards), tonight holds other ops on it, the change belongs to a cluster (a merge is
 proposed whole), the set was made under other settings (config fingerprint) or by another job, or it is
 `review.held_renewal_days` old or more (its reasons, ages and instants are then proposed afresh; 0 turns
-waiting off). Nothing is dropped from the night: the namespace is still held (the guard counts what waits), and
-approving the waiting set applies what it holds.
+waiting off). Nothing is dropped from the night: the namespace is still held (the guard counts what waits),
+and approving the waiting set applies what it holds.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def without_waiting(
     intents: pa.Table, memories: pa.Table, sets: list[ChangeSetRecord]
 ) -> tuple[pa.Table, list[dict]]:
     """(`intents` less the held ones whose change waits in one of `sets`, how many targets wait: one entry
-    per namespace and set, {namespace, change_set_id, changes}). `memories`: tonight's snapshot with the guards'
-    columns and the content."""
+    per namespace and set, {namespace, change_set_id, changes}). `memories`: tonight's snapshot with the
+    guards' columns and the content."""
     if not sets or not pc.any(pc.equal(intents["review_class"], "held")).as_py():
         return intents, []
     waiting = pa.concat_tables(

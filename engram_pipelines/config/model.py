@@ -339,9 +339,9 @@ class ReviewConfig(_Section):
     max_auto_changes: int = Field(0, ge=0)
     """A night with more auto changes than this moves them all to the gated set (0: no ceiling)."""
     held_renewal_days: float = Field(7.0, ge=0)
-    """A held change waits in its set, unapproved, for this many days: until then a night whose guard holds the
-    same change on the same unchanged row does not propose it again; after that it is proposed afresh (0: every
-    night proposes all it holds)."""
+    """A held change waits in its set, unapproved, for this many days: until then a night whose guard holds
+    the same change on the same unchanged row does not propose it again; after that it is proposed afresh (0:
+    every night proposes all it holds)."""
 
     @field_validator("max_hidden_fraction")
     @classmethod

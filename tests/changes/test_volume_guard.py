@@ -216,10 +216,10 @@ def test_semantic_extraction_sees_the_moves_and_collapses_that_land_not_those_th
 
 
 def test_a_held_change_waits_in_its_set_and_is_not_proposed_again(store_url: str, tmp_path: Path):
-    """A held change waits while its row is as the change was decided on: the next nights propose only what is
-    new or moved (the first night's own auto changes moved the held rows: the second night proposes them again;
-    an agent's edit moves one), not the rest of the hold. A re-run of a night proposes what its first run did;
-    review.held_renewal_days: 0 proposes every hold every night."""
+    """A held change waits while its row is as the change was decided on: the next nights propose only what
+    is new or moved (the first night's own auto changes moved the held rows: the second night proposes them
+    again; an agent's edit moves one), not the rest of the hold. A re-run of a night proposes what its first
+    run did; review.held_renewal_days: 0 proposes every hold every night."""
     warehouse, config = str(tmp_path / "wh"), tmp_path / "renew.yaml"
     with open_store(store_url, migrate=True) as store:
         import_jsonl(store, HISTORY, default_namespace=None, embedding_dim=384, rejects_path=tmp_path / "r")
@@ -248,9 +248,9 @@ def test_a_held_change_waits_in_its_set_and_is_not_proposed_again(store_url: str
         )
 
     third_id, counts, third = night(2)
-    # The edited row is proposed again (its waiting change would fail its guard), the accessed one is no longer
-    # archived at all, the rest wait in the second night's set (the oldest whose guards hold), which the
-    # guard's message names.
+    # The edited row is proposed again (its waiting change would fail its guard), the accessed one is no
+    # longer archived at all, the rest wait in the second night's set (the oldest whose guards hold), which
+    # the guard's message names.
     assert edited in third and accessed not in third and not third & (second - {edited})
     waited = len(second) - 2
     assert counts["waiting_in"] == {second_id: waited}

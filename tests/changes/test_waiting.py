@@ -1,4 +1,4 @@
-"""Held changes that wait in an earlier night's set (changes/waiting.py): which sets wait, which intents do."""
+"""Held changes that wait in an earlier night's set (changes/waiting.py): which sets, which intents."""
 
 from __future__ import annotations
 
