@@ -180,12 +180,13 @@ class StoreCore(ABC):
             for start in range(0, len(values), chunk):
                 part = values[start : start + chunk]
                 # Joined, not `(src_id, dst_id, kind) IN (VALUES ...)`: SQLite scanned every link for that
-                # (2.2 s for 114 keys at 2.9M links, a night's snapshot); the join looks each key up by the
-                # primary key (0.3 ms). VALUES names its columns column1.. in both dialects.
+                # (114 keys at 2.9M links: 0.62 s); the join looks each key up by the primary key (0.003 s).
+                # VALUES names its columns column1.. in both dialects.
+                keys_sql = ", ".join(["(?, ?, ?)"] * len(part))
                 cur.execute(
                     self._sql(
-                        f"SELECT {', '.join(columns)} FROM (VALUES {', '.join(['(?, ?, ?)'] * len(part))}) AS k "
-                        "JOIN memory_links l ON l.src_id = k.column1 AND l.dst_id = k.column2 AND l.kind = k.column3"
+                        f"SELECT {', '.join(columns)} FROM (VALUES {keys_sql}) AS k JOIN memory_links l "
+                        "ON l.src_id = k.column1 AND l.dst_id = k.column2 AND l.kind = k.column3"
                     ),
                     [value for key in part for value in key],
                 )
