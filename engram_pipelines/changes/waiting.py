@@ -119,13 +119,13 @@ def without_waiting(
             ORDER BY w.target_id, w.change_set_id
             """
         ).to_arrow_table()
+        if not matched.num_rows:
+            return intents, []
         con.register("matched", matched)
         counts = con.sql(
             "SELECT namespace, change_set_id, count(*) AS changes FROM matched "
             "GROUP BY ALL ORDER BY namespace, change_set_id"
         ).to_arrow_table()
-    if not matched.num_rows:
-        return intents, []
     waits = pc.and_(
         pc.and_(pc.equal(intents["review_class"], "held"), pc.equal(intents["target_kind"], "memory")),
         pc.is_in(intents["target_id"], matched["target_id"]),

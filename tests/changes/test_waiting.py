@@ -5,18 +5,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from engram_pipelines.changes.compose import compose
 from engram_pipelines.changes.intents import intents_table
-from engram_pipelines.changes.registry import store_change_set
+from engram_pipelines.changes.registry import registered_change_set
 from engram_pipelines.changes.revert import approve_change_set
 from engram_pipelines.changes.waiting import waiting_sets, without_waiting
 from engram_pipelines.config.model import Config, ReviewConfig
-from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.ingest.snapshot import take_snapshot
 from engram_pipelines.orchestration.changes import _how_to_decide
 from engram_pipelines.store import ChangeSetRecord, Store
 from engram_pipelines.warehouse.tables import Warehouse
-from tests.support.changes import intent
+from tests.support.changes import intent, propose
 from tests.support.memories import AS_OF, T0, memory
 
 CONFIG = Config()
@@ -31,17 +29,10 @@ def held(target: str, op: str = "move_zone", cluster: str | None = None, **param
 
 
 def held_set(store: Store, warehouse: Warehouse, intents: list[dict], as_of: dt.date) -> ChangeSetRecord:
-    take_snapshot(store, warehouse, as_of)
-    sets = compose(
-        intents_table(intents),
-        warehouse.read_table("memories", as_of),
-        as_of=as_of,
-        at=end_of_day(as_of),
-        job="test",
+    change_set_id = propose(
+        store, warehouse, intents, "held", as_of=as_of, config_fingerprint=CONFIG.fingerprint()
     )
-    return store_change_set(
-        store, warehouse, sets["held"], created_at=T0, config_fingerprint=CONFIG.fingerprint()
-    )
+    return registered_change_set(store, change_set_id)
 
 
 def ids(records: list[ChangeSetRecord]) -> list[str]:

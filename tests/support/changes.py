@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from engram_pipelines.changes.compose import compose
@@ -27,14 +28,24 @@ def intent(target: str, op: str, klass: str = "auto", source: str = "test", **pa
     }
 
 
-def propose(store: Store, warehouse: Warehouse, intents: list[dict[str, Any]], klass: str = "auto") -> str:
-    take_snapshot(store, warehouse, AS_OF)
+def propose(
+    store: Store,
+    warehouse: Warehouse,
+    intents: list[dict[str, Any]],
+    klass: str = "auto",
+    *,
+    as_of: dt.date = AS_OF,
+    config_fingerprint: str = "test",
+) -> str:
+    take_snapshot(store, warehouse, as_of)
     sets = compose(
         intents_table(intents),
-        warehouse.read_table("memories", AS_OF),
-        as_of=AS_OF,
-        at=end_of_day(AS_OF),
+        warehouse.read_table("memories", as_of),
+        as_of=as_of,
+        at=end_of_day(as_of),
         job="test",
     )
-    record = store_change_set(store, warehouse, sets[klass], created_at=T0, config_fingerprint="test")
+    record = store_change_set(
+        store, warehouse, sets[klass], created_at=T0, config_fingerprint=config_fingerprint
+    )
     return record.change_set_id
