@@ -384,7 +384,8 @@ class ExecutionConfig(_Section):
     """Address of a running Dask scheduler (tcp://host:8786); empty starts a local cluster per run."""
     reuse: bool = True
     """Carry last night's work over where its inputs did not change: the snapshot reads only changed rows
-    (`snapshot.incremental`), vector pairs are compared again only in namespaces whose vectors moved, the
+    (`snapshot.incremental`), vector pairs are compared again only in namespaces whose vectors moved (only
+    their moved rows, against the namespace, where at most half moved and it is joined exactly), the
     contradictions are computed again only in namespaces whose inputs moved, the semantic step only in namespaces
     whose inputs moved or where a node's anti-anchoring falls due (what it proposed and did not land is proposed
     again with tonight's instant), and over a

@@ -26,6 +26,7 @@ _SUMMARY_KEYS = (
     "config_fingerprint",
     "snapshot_mode",
     "namespaces_reused",
+    "namespaces_updated",
     "namespaces_computed",
     "reused_from_last_night",
     "quarantined",

@@ -113,7 +113,11 @@ def _pair_shard(
     memories = wh.read_shard("memories", as_of, shard, shards, columns=MERGE_COLUMNS)
     pairs = merged_pairs(found.pairs, exact_content_pairs(memories))
     # The shard's counts travel with its part (the combine step may run in another process).
-    counts = {"rows_by_method": found.methods, "namespaces_reused": found.reused_namespaces}
+    counts = {
+        "rows_by_method": found.methods,
+        "namespaces_reused": found.reused_namespaces,
+        "namespaces_updated": found.updated_namespaces,
+    }
     wh.write_shard(
         "similarity_pairs",
         as_of,
@@ -123,8 +127,9 @@ def _pair_shard(
     )
     context.log.info(
         f"shard {shard}/{shards}: {found.pairs.num_rows} vector pairs; namespaces compared "
-        f"{found.compared_namespaces}, unchanged since the last run (pairs reused) {found.reused_namespaces}; "
-        f"rows by method {found.methods}"
+        f"{found.compared_namespaces}, unchanged since the last run (pairs reused) "
+        f"{found.reused_namespaces}, updated {found.updated_namespaces} (their {found.changed_rows} moved "
+        f"rows joined, the other pairs reused); rows by method {found.methods}"
     )
 
 
@@ -136,17 +141,20 @@ def _combine_pairs(
     pairs = parts.sort_by(order).replace_schema_metadata(None)
     wh.write_table("similarity_pairs", as_of, pairs)
     methods: Counter[str] = Counter()
-    reused = 0
+    reused = updated = 0
     for shard in range(shards):
         counts = json.loads(
             pq.read_schema(wh.shard_path("similarity_pairs", as_of, shard, shards)).metadata[b"counts"]
         )
         methods.update(counts["rows_by_method"])
         reused += counts["namespaces_reused"]
+        updated += counts["namespaces_updated"]
     return {
         **standard(PAIR_SCHEMA, pairs.num_rows),
         "rows_by_method": dg.MetadataValue.json(dict(methods)),  # rows compared this run, by engine method
         "namespaces_reused": reused,
+        # A few rows moved: their pairs found again, the others' pairs reused (vectors/pair_cache.py).
+        "namespaces_updated": updated,
         "dagster/column_lineage": column_lineage(_PAIRS_LINEAGE),
         "exact_content_pairs": int(pa.compute.sum(pairs["exact_content"]).as_py() or 0),
         "threshold": config.similarity.lowest_threshold,

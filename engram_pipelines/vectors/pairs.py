@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress
-from engram_pipelines.vectors.similarity import similar_pairs
+from engram_pipelines.vectors.similarity import PairResult, pairs_touching, similar_pairs
 
 PAIR_SCHEMA = pa.schema(
     [
@@ -32,25 +32,44 @@ def vector_pairs(
     """Pairs at or above `threshold` within each (namespace, model) group; and rows per method."""
     if vectors.num_rows == 0:
         return PAIR_SCHEMA.empty_table(), {}
+    matrix, codes = _matrix(vectors)
+    found = similar_pairs(matrix, codes, threshold, exact_cutoff=exact_cutoff, progress=progress)
+    methods: dict[str, int] = {}
+    sizes = np.bincount(codes)
+    for code, method in found.method_by_group.items():
+        methods[method] = methods.get(method, 0) + int(sizes[code])
+    return _pair_table(vectors, found), methods
+
+
+def touching_pairs(
+    vectors: pa.Table, changed: np.ndarray, threshold: float, *, progress: Progress | None = None
+) -> pa.Table:
+    """The pairs at or above `threshold` within each (namespace, model) group that a `changed` row takes part
+    in, as an exact join of the groups would find them."""
+    if vectors.num_rows == 0:
+        return PAIR_SCHEMA.empty_table()
+    matrix, codes = _matrix(vectors)
+    return _pair_table(vectors, pairs_touching(matrix, codes, changed, threshold, progress=progress))
+
+
+def _matrix(vectors: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The vectors as a float32 matrix, and a group code per row (one per namespace and model)."""
     keys = pc.binary_join_element_wise(vectors["namespace"], vectors["model"], "\x1f")
     codes = (
         pc.dictionary_encode(keys).combine_chunks().indices.to_numpy(zero_copy_only=False).astype(np.int64)
     )
     dim = vectors.schema.field("vector").type.list_size
     matrix = vectors["vector"].combine_chunks().values.to_numpy(zero_copy_only=False).reshape(-1, dim)
-    found = similar_pairs(
-        np.ascontiguousarray(matrix, dtype=np.float32),
-        codes,
-        threshold,
-        exact_cutoff=exact_cutoff,
-        progress=progress,
-    )
+    return np.ascontiguousarray(matrix, dtype=np.float32), codes
+
+
+def _pair_table(vectors: pa.Table, found: PairResult) -> pa.Table:
     ids = vectors["id"].combine_chunks()
     left = ids.take(pa.array(found.left)).to_numpy(zero_copy_only=False)
     right = ids.take(pa.array(found.right)).to_numpy(zero_copy_only=False)
     swap = left > right
     left, right = np.where(swap, right, left), np.where(swap, left, right)
-    table = pa.table(
+    return pa.table(
         {
             "namespace": vectors["namespace"].combine_chunks().take(pa.array(found.left)),
             "left_id": pa.array(left, pa.string()),
@@ -60,11 +79,6 @@ def vector_pairs(
         },
         schema=PAIR_SCHEMA,
     )
-    methods: dict[str, int] = {}
-    sizes = np.bincount(codes)
-    for code, method in found.method_by_group.items():
-        methods[method] = methods.get(method, 0) + int(sizes[code])
-    return table, methods
 
 
 def exact_content_pairs(memories: pa.Table) -> pa.Table:

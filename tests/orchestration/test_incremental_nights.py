@@ -2,10 +2,10 @@
 
 Two stores start equal; between nights the same agents' writes go to both (an edit, an access, a new row, a
 delete, and on the last night the deleted row restored); one store's nights run with the defaults (incremental
-snapshot, vector pairs and contradictions reused), the other's with `execution.reuse: false` (a full read, every
-analysis from scratch). Each night both must propose the same changes, class by class, and find the same
-vectors, and the reuse must have happened.
-"""
+snapshot, vector pairs and contradictions reused, a namespace's pairs updated where a few of its rows moved),
+the other's with `execution.reuse: false` (a full read, every analysis from scratch). Each night both must
+propose the same changes, class by class, and find the same vectors and pairs, and the reuse must have
+happened."""
 
 from __future__ import annotations
 
@@ -84,6 +84,11 @@ def test_reusing_nights_propose_what_full_recomputes_propose(store_url, other_st
             for name, (_, warehouse, _) in runs.items()
         }
         assert vectors["reuse"].equals(vectors["full"]), f"night {night}: the embeddings differ"
+        pairs = {
+            name: Warehouse(warehouse).read_table("similarity_pairs", day)
+            for name, (_, warehouse, _) in runs.items()
+        }
+        assert pairs["reuse"].equals(pairs["full"]), f"night {night}: the pairs differ"
         assert proposed["reuse"], f"night {night} proposed nothing: the comparison would prove nothing"
         assert steps["reuse"]["applied_changes"]["applied"] == steps["full"]["applied_changes"]["applied"]
         assert steps["full"]["memory_snapshot"]["snapshot_mode"] == "full"
@@ -91,6 +96,8 @@ def test_reusing_nights_propose_what_full_recomputes_propose(store_url, other_st
             # all again, and compares every namespace); the agents touch one namespace
             assert steps["reuse"]["memory_snapshot"]["snapshot_mode"] == "incremental"
             assert steps["reuse"]["similarity_pairs"]["namespaces_reused"] > 0
+            # user:bob's few moved rows are joined against it, the pairs among its other rows reused.
+            assert steps["reuse"]["similarity_pairs"]["namespaces_updated"] > 0
             # Only the rows written since the base have their vectors found again.
             assert Warehouse(runs["reuse"][1]).layers("embeddings", day) is not None
             semantic = {name: steps[name]["semantic"]["namespaces_computed"] for name in runs}

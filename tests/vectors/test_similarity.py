@@ -181,6 +181,20 @@ def test_the_per_row_loop_agrees_with_the_engine() -> None:
     np.testing.assert_allclose(looped.score, engine.score, atol=2e-6)
 
 
+def test_pairs_touching_changed_rows_are_the_whole_joins_pairs_they_take_part_in(monkeypatch) -> None:
+    monkeypatch.setattr(similarity, "TILE_ROWS", 64)  # several tiles per group, changed rows in several
+    vectors = clustered(700, 6, seed=5)
+    groups = np.repeat(np.arange(3), [500, 150, 50])
+    changed = np.random.default_rng(2).random(700) < 0.2
+    whole = similar_pairs(vectors, groups, 0.8)
+    touching = similarity.pairs_touching(vectors, groups, changed, 0.8)
+    assert_well_formed(touching)
+    mine = changed[whole.left] | changed[whole.right]
+    assert pair_set(touching) == set(zip(whole.left[mine].tolist(), whole.right[mine].tolist(), strict=True))
+    assert np.array_equal(touching.score, whole.score[mine]), "the same scores, bit for bit"
+    assert len(touching) and len(touching) < len(whole)
+
+
 def test_progress_is_reported_per_tile_and_cell() -> None:
     recorder = ProgressRecorder()
     groups = np.repeat([0, 1], [300, 3000])
@@ -229,20 +243,24 @@ def _source(groups: dict[str, np.ndarray], loads: list[list[str] | None] | None 
     return VectorSource(whole.digests, load)
 
 
+def _sorted(pairs: pa.Table) -> pa.Table:
+    return pairs.sort_by([(k, "ascending") for k in ("namespace", "left_id", "right_id")])
+
+
 def test_cached_pairs_recompute_only_the_namespaces_whose_vectors_changed(tmp_path, monkeypatch) -> None:
     from engram_pipelines.vectors import pair_cache
     from engram_pipelines.vectors.pairs import vector_pairs
 
-    a, b = clustered(60, 4, seed=1, dim=16), clustered(60, 4, seed=2, dim=16)
+    a, b, c = (clustered(60, 4, seed=s, dim=16) for s in (1, 2, 3))
     first = pair_cache.cached_vector_pairs(
-        _source({"a": a, "b": b}), 0.8, exact_cutoff=1000, directory=tmp_path
+        _source({"a": a, "b": b, "c": c}), 0.8, exact_cutoff=1000, directory=tmp_path
     )
-    assert (first.reused_namespaces, first.compared_namespaces) == (0, 2)
+    assert (first.reused_namespaces, first.compared_namespaces) == (0, 3)
     loads: list[list[str] | None] = []
     quiet = pair_cache.cached_vector_pairs(
-        _source({"a": a, "b": b}, loads), 0.8, exact_cutoff=1000, directory=tmp_path
+        _source({"a": a, "b": b, "c": c}, loads), 0.8, exact_cutoff=1000, directory=tmp_path
     )
-    assert quiet.reused_namespaces == 2 and loads == [[]], "nothing moved: no namespace's vectors are read"
+    assert quiet.reused_namespaces == 3 and loads == [[]], "nothing moved: no namespace's vectors are read"
 
     compared: list[set[str]] = []
 
@@ -251,23 +269,79 @@ def test_cached_pairs_recompute_only_the_namespaces_whose_vectors_changed(tmp_pa
         return vector_pairs(vectors, *args, **kwargs)
 
     monkeypatch.setattr(pair_cache, "vector_pairs", spy)
-    b_moved = b.copy()
-    b_moved[0] = b_moved[1]  # one row of b changed
-    table = _vector_table({"a": a, "b": b_moved})
+    b_moved, c_moved = b.copy(), clustered(60, 4, seed=4, dim=16)
+    b_moved[0] = b_moved[1]  # one row of b changed; every row of c
+    groups = {"a": a, "b": b_moved, "c": c_moved}
     loads.clear()
     second = pair_cache.cached_vector_pairs(
-        _source({"a": a, "b": b_moved}, loads), 0.8, exact_cutoff=1000, directory=tmp_path
+        _source(groups, loads), 0.8, exact_cutoff=1000, directory=tmp_path
     )
-    assert compared == [{"b"}] and (second.reused_namespaces, second.compared_namespaces) == (1, 1)
-    assert loads == [["b"]], "only the moved namespace's vectors are read"
-    expected, _ = vector_pairs(table, 0.8, exact_cutoff=1000)
-    key = ["namespace", "left_id", "right_id"]
-    assert (
-        second.pairs.sort_by([(k, "ascending") for k in key])
-        .select(key)
-        .equals(expected.sort_by([(k, "ascending") for k in key]).select(key))
-    )
+    assert compared == [{"c"}], "b is updated (one row of 60 moved), c joined whole (all moved)"
+    assert (second.reused_namespaces, second.updated_namespaces, second.compared_namespaces) == (1, 1, 1)
+    assert second.changed_rows == 1 and second.methods["exact, moved rows"] == 1
+    assert loads == [["b", "c"]], "only the moved namespaces' vectors are read"
+    expected, _ = vector_pairs(_vector_table(groups), 0.8, exact_cutoff=1000)
+    assert _sorted(second.pairs).equals(_sorted(expected)), "pair for pair and score for score"
     other_threshold = pair_cache.cached_vector_pairs(
-        VectorSource.of(table), 0.9, exact_cutoff=1000, directory=tmp_path
+        VectorSource.of(_vector_table(groups)), 0.9, exact_cutoff=1000, directory=tmp_path
     )
     assert other_threshold.reused_namespaces == 0, "pairs found under other settings are never reused"
+
+
+def test_updated_namespaces_match_a_whole_join_over_nights_of_edits_deletes_and_restores(tmp_path) -> None:
+    """Rows edited, deleted, added, moved to another model, and a deleted row restored: each night's cached
+    pairs equal a whole join of that night's vectors, exactly; a namespace over the exact cutoff is joined
+    whole."""
+    from engram_pipelines.vectors import pair_cache
+    from engram_pipelines.vectors.pairs import vector_pairs
+
+    rng = np.random.default_rng(9)
+    rows = {
+        ns: {f"{ns}-{i}": ("m", v) for i, v in enumerate(clustered(size, 5, seed=k, dim=16))}
+        for k, (ns, size) in enumerate([("a", 30), ("b", 90), ("large", 400)])
+    }
+    deleted: tuple[str, str, tuple[str, np.ndarray]] | None = None
+    for night in range(5):
+        if night:
+            for ns, members in rows.items():
+                ids = sorted(members)
+                for i in rng.choice(len(ids), 3, replace=False):  # edited
+                    members[ids[i]] = (members[ids[i]][0], clustered(1, 1, seed=100 * night + i, dim=16)[0])
+                members[f"{ns}-new-{night}"] = ("m", members[ids[0]][1])  # an exact twin of a kept row
+            moved_model = sorted(rows["b"])[night]
+            rows["b"][moved_model] = ("other", rows["b"][moved_model][1])
+            if deleted is not None:
+                ns, row_id, value = deleted
+                rows[ns][row_id] = value
+            ns, row_id = "b", sorted(rows["b"])[10 + night]
+            deleted = (ns, row_id, rows[ns].pop(row_id))
+        table = pa.Table.from_pylist(
+            [
+                {"id": i, "namespace": ns, "model": m, "source": "stored", "vector": v.tolist()}
+                for ns, members in rows.items()
+                for i, (m, v) in members.items()
+            ],
+            schema=vector_schema(16),
+        )
+        found = pair_cache.cached_vector_pairs(
+            VectorSource.of(table), 0.8, exact_cutoff=100, directory=tmp_path
+        )
+        expected, _ = vector_pairs(table, 0.8, exact_cutoff=100)
+        assert _sorted(found.pairs).equals(_sorted(expected)), f"night {night}"
+        if night:
+            assert (found.updated_namespaces, found.compared_namespaces) == (2, 1), "large is joined whole"
+
+
+def test_a_rows_file_of_other_pairs_is_not_used(tmp_path) -> None:
+    from engram_pipelines.vectors import pair_cache
+
+    a = clustered(60, 4, seed=1, dim=16)
+    pair_cache.cached_vector_pairs(_source({"a": a}), 0.8, exact_cutoff=1000, directory=tmp_path)
+    rows_file = next(tmp_path.glob("rows-*.parquet"))
+    kept = rows_file.read_bytes()
+    pair_cache.cached_vector_pairs(_source({"a": a[:50]}), 0.8, exact_cutoff=1000, directory=tmp_path)
+    rows_file.write_bytes(kept)  # as if a run died between its two files, or two runs raced
+    moved = a.copy()
+    moved[0] = moved[1]
+    again = pair_cache.cached_vector_pairs(_source({"a": moved}), 0.8, exact_cutoff=1000, directory=tmp_path)
+    assert (again.updated_namespaces, again.compared_namespaces) == (0, 1)
