@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress
 from engram_pipelines.vectors.similarity import PairResult, pairs_touching, similar_pairs
+from engram_pipelines.warehouse.parquet import vector_matrix
 
 PAIR_SCHEMA = pa.schema(
     [
@@ -27,40 +28,52 @@ PAIR_SCHEMA = pa.schema(
 
 
 def vector_pairs(
-    vectors: pa.Table, threshold: float, *, exact_cutoff: int, progress: Progress | None = None
+    vectors: pa.Table,
+    threshold: float,
+    *,
+    exact_cutoff: int,
+    progress: Progress | None = None,
+    rows: np.ndarray | None = None,
 ) -> tuple[pa.Table, dict[str, int]]:
-    """Pairs at or above `threshold` within each (namespace, model) group; and rows per method."""
+    """Pairs at or above `threshold` within each (namespace, model) group (of the `rows` only, when given: a
+    boolean mask); and rows per method."""
     if vectors.num_rows == 0:
         return PAIR_SCHEMA.empty_table(), {}
     matrix, codes = _matrix(vectors)
-    found = similar_pairs(matrix, codes, threshold, exact_cutoff=exact_cutoff, progress=progress)
+    found = similar_pairs(matrix, codes, threshold, exact_cutoff=exact_cutoff, progress=progress, rows=rows)
     methods: dict[str, int] = {}
-    sizes = np.bincount(codes)
+    sizes = np.bincount(codes if rows is None else codes[rows])
     for code, method in found.method_by_group.items():
         methods[method] = methods.get(method, 0) + int(sizes[code])
     return _pair_table(vectors, found), methods
 
 
 def touching_pairs(
-    vectors: pa.Table, changed: np.ndarray, threshold: float, *, progress: Progress | None = None
+    vectors: pa.Table,
+    changed: np.ndarray,
+    threshold: float,
+    *,
+    progress: Progress | None = None,
+    rows: np.ndarray | None = None,
 ) -> pa.Table:
-    """The pairs at or above `threshold` within each (namespace, model) group that a `changed` row takes part
-    in, as an exact join of the groups would find them."""
+    """The pairs at or above `threshold` within each (namespace, model) group (of the `rows` only, when given)
+    that a `changed` row takes part in, as an exact join of the groups would find them."""
     if vectors.num_rows == 0:
         return PAIR_SCHEMA.empty_table()
     matrix, codes = _matrix(vectors)
-    return _pair_table(vectors, pairs_touching(matrix, codes, changed, threshold, progress=progress))
+    return _pair_table(
+        vectors, pairs_touching(matrix, codes, changed, threshold, progress=progress, rows=rows)
+    )
 
 
 def _matrix(vectors: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """The vectors as a float32 matrix, and a group code per row (one per namespace and model)."""
+    """The vectors as a float32 matrix (a view where they are one float32 chunk), and a group code per row (one
+    per namespace and model)."""
     keys = pc.binary_join_element_wise(vectors["namespace"], vectors["model"], "\x1f")
     codes = (
         pc.dictionary_encode(keys).combine_chunks().indices.to_numpy(zero_copy_only=False).astype(np.int64)
     )
-    dim = vectors.schema.field("vector").type.list_size
-    matrix = vectors["vector"].combine_chunks().values.to_numpy(zero_copy_only=False).reshape(-1, dim)
-    return np.ascontiguousarray(matrix, dtype=np.float32), codes
+    return np.ascontiguousarray(vector_matrix(vectors["vector"]), dtype=np.float32), codes
 
 
 def _pair_table(vectors: pa.Table, found: PairResult) -> pa.Table:

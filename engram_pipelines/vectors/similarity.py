@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -99,8 +100,10 @@ def similar_pairs(
     recall_target: float = DEFAULT_RECALL_TARGET,
     margin: float | None = None,
     cells: int | None = None,
+    rows: np.ndarray | None = None,
 ) -> PairResult:
-    """Every pair i < j with groups[i] == groups[j] and cosine >= threshold, sorted by (left, right).
+    """Every pair i < j with groups[i] == groups[j] and cosine >= threshold, sorted by (left, right); of the
+    `rows` only (a boolean mask), when given.
 
     Groups of up to `exact_cutoff` rows are joined exactly; bigger ones by the cell join, with `cells` cells
     (default about sqrt(rows)) and a row probing every cell within `margin` cosine of its nearest (by
@@ -111,7 +114,7 @@ def similar_pairs(
     matrix, codes = _validated(vectors, groups, threshold, recall_target)
     progress = progress or SilentProgress()
     t32 = np.float32(threshold)
-    sorted_rows, starts, sizes, group_codes = _group_layout(codes)
+    sorted_rows, starts, sizes, group_codes = _group_layout(codes, _mask(rows, codes, "rows"))
     methods = {int(code): "exact" for code in group_codes}
     result = PairResult(*_empty_hits(), method_by_group=methods)
     workers = _worker_count()
@@ -152,20 +155,22 @@ def pairs_touching(
     threshold: float,
     *,
     progress: Progress | None = None,
+    rows: np.ndarray | None = None,
 ) -> PairResult:
-    """Every pair i < j with groups[i] == groups[j], cosine >= threshold and row i or row j `changed`.
+    """Every pair i < j with groups[i] == groups[j], cosine >= threshold and row i or row j `changed` (of the
+    `rows` only, when given).
 
     Exactly the pairs an exact join of the groups finds that a changed row takes part in, with the same
     scores, at the cost of changed rows x group rows: with the pairs found before among the unchanged rows, a
     group's pairs after a few of its rows moved (`vectors/pair_cache.py`).
     """
     matrix, codes = _validated(vectors, groups, threshold, DEFAULT_RECALL_TARGET)
-    changed = np.asarray(changed, dtype=bool)
-    if changed.shape != codes.shape:
-        raise ValueError(f"changed must have one flag per row: {changed.shape} vs {codes.shape[0]} rows")
+    changed = _mask(changed, codes, "changed")
     progress = progress or SilentProgress()
     t32 = np.float32(threshold)
-    sorted_rows, starts, sizes, group_codes = _group_layout(codes)
+    sorted_rows, starts, sizes, group_codes = _group_layout(codes, _mask(rows, codes, "rows"))
+    if rows is not None:
+        changed = changed & rows
     items: list[Callable[[], Hits]] = []
     for start, size in zip(starts, sizes, strict=True):
         rows = sorted_rows[start : start + size]
@@ -240,15 +245,33 @@ def _validated(
     return matrix, codes
 
 
-def _group_layout(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Rows sorted by group (ascending row index inside a group), and each group's start, size and code."""
-    sorted_rows = np.argsort(codes, kind="stable").astype(np.int64)
+@overload
+def _mask(flags: np.ndarray, codes: np.ndarray, name: str) -> np.ndarray: ...
+@overload
+def _mask(flags: None, codes: np.ndarray, name: str) -> None: ...
+def _mask(flags: np.ndarray | None, codes: np.ndarray, name: str) -> np.ndarray | None:
+    """`flags` as one boolean per row (None stays None)."""
+    if flags is None:
+        return None
+    flags = np.asarray(flags, dtype=bool)
+    if flags.shape != codes.shape:
+        raise ValueError(f"{name} must have one flag per row: {flags.shape} vs {codes.shape[0]} rows")
+    return flags
+
+
+def _group_layout(
+    codes: np.ndarray, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows sorted by group (ascending row index inside a group), and each group's start, size and code. With
+    `rows` (a boolean mask), only those rows: a caller's others take no part, and are not copied out."""
+    taking_part = np.arange(len(codes), dtype=np.int64) if rows is None else np.flatnonzero(rows)
+    sorted_rows = taking_part[np.argsort(codes[taking_part], kind="stable")].astype(np.int64)
     sorted_codes = codes[sorted_rows]
-    if len(codes) == 0:
+    if len(sorted_rows) == 0:
         empty = np.zeros(0, dtype=np.int64)
         return sorted_rows, empty, empty, empty
     starts = np.concatenate([[0], np.flatnonzero(np.diff(sorted_codes)) + 1])
-    sizes = np.diff(np.concatenate([starts, [len(codes)]]))
+    sizes = np.diff(np.concatenate([starts, [len(sorted_rows)]]))
     return sorted_rows, starts, sizes, sorted_codes[starts]
 
 

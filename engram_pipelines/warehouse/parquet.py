@@ -18,6 +18,19 @@ def is_vector(field: pa.Field) -> bool:
     )
 
 
+def vector_matrix(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A fixed-size float vector column as a rows x dim array: a view of its values when it is one chunk (as
+    the warehouse's reads return it). `combine_chunks` copies even one chunk: 1.8 s for 1M x 384 here, most
+    of it fresh pages."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    dim = max(column.type.list_size, 1)
+    # Each chunk's own slice of its values, a null vector's slots included: one row of the matrix per row.
+    flat = [c.values.slice(c.offset * dim, len(c) * dim).to_numpy(zero_copy_only=False) for c in chunks]
+    if len(flat) == 1:
+        return flat[0].reshape(-1, dim)
+    return np.concatenate(flat or [np.zeros(0, column.type.value_type.to_pandas_dtype())]).reshape(-1, dim)
+
+
 def _leaf_paths(schema: pa.Schema) -> list[str]:
     """Parquet's column paths (`ops.list.element` for a list `ops`): per-column options name leaves, and a
     nested column named only by its field gets the writer's default (no compression)."""

@@ -194,6 +194,15 @@ def test_pairs_touching_changed_rows_are_the_whole_joins_pairs_they_take_part_in
     assert np.array_equal(touching.score, whole.score[mine]), "the same scores, bit for bit"
     assert len(touching) and len(touching) < len(whole)
 
+    rows = groups != 1  # a caller's rows: group 1 takes no part
+    among = rows[whole.left] & rows[whole.right]
+    assert pair_set(similar_pairs(vectors, groups, 0.8, rows=rows)) == set(
+        zip(whole.left[among].tolist(), whole.right[among].tolist(), strict=True)
+    )
+    assert pair_set(similarity.pairs_touching(vectors, groups, changed, 0.8, rows=rows)) == set(
+        zip(whole.left[mine & among].tolist(), whole.right[mine & among].tolist(), strict=True)
+    )
+
 
 def test_progress_is_reported_per_tile_and_cell() -> None:
     recorder = ProgressRecorder()
@@ -264,9 +273,10 @@ def test_cached_pairs_recompute_only_the_namespaces_whose_vectors_changed(tmp_pa
 
     compared: list[set[str]] = []
 
-    def spy(vectors, *args, **kwargs):
-        compared.append(set(vectors["namespace"].to_pylist()))
-        return vector_pairs(vectors, *args, **kwargs)
+    def spy(vectors, *args, rows=None, **kwargs):
+        joined = vectors if rows is None else vectors.filter(pa.array(rows))
+        compared.append(set(joined["namespace"].to_pylist()))
+        return vector_pairs(vectors, *args, rows=rows, **kwargs)
 
     monkeypatch.setattr(pair_cache, "vector_pairs", spy)
     b_moved, c_moved = b.copy(), clustered(60, 4, seed=4, dim=16)

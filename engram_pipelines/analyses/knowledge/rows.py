@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.core.duck import duck
+from engram_pipelines.warehouse.parquet import vector_matrix
 
 
 class VectorIndex:
@@ -19,16 +20,9 @@ class VectorIndex:
         ids = vectors["id"].to_pylist()
         self._row = dict(zip(ids, range(len(ids)), strict=True))
         self.models = np.asarray(vectors["model"].to_pylist(), dtype=object)
-        dim = max(vectors.schema.field("vector").type.list_size, 1)
         # The table's own vectors (a view when they are one chunk) and their norms; rows are normalised when
         # asked for. At 1M x 384 a copy is 1.5 GB: copying and normalising them all made the night's peak.
-        column = vectors["vector"]
-        flat = (
-            column.chunk(0).flatten().to_numpy(zero_copy_only=False)
-            if column.num_chunks == 1
-            else np.concatenate([c.flatten().to_numpy(zero_copy_only=False) for c in column.chunks] or [[]])
-        )
-        self._vectors = np.asarray(flat, dtype=np.float32).reshape(-1, dim)
+        self._vectors = np.asarray(vector_matrix(vectors["vector"]), dtype=np.float32)
         norms = np.sqrt(np.einsum("ij,ij->i", self._vectors, self._vectors))
         self._norms = np.where(norms == 0, 1.0, norms).astype(np.float32)[:, None]
 
