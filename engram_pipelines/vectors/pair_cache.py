@@ -1,10 +1,13 @@
-"""Vector pairs reused per namespace across nights: only namespaces whose vectors changed are compared again.
+"""Vector pairs reused across nights: only namespaces whose vectors changed are compared again, and in most of
+those only the rows that moved.
 
 A namespace's vector pairs depend on nothing but its rows' (id, model, vector) and the engine's settings. Each
-run stores, per shard, the pairs it found and a fingerprint per namespace (an order-free digest of those
-triples, from the vectors' stored digests: `warehouse/vector_digests.py`); the next run reads and compares
-again only the namespaces whose fingerprint moved, so a quiet night costs what its changes cost, not what the
-corpus costs (DESIGN §5). The cache lives under <warehouse>/pair_cache/.
+run stores, per shard, the pairs it found, a fingerprint per namespace (an order-free digest of those triples,
+from the vectors' stored digests: `warehouse/vector_digests.py`) and the triples themselves (as digests); the
+next run keeps the pairs of every namespace whose fingerprint did not move, and in a namespace joined exactly
+where a few rows moved joins only those rows against it (`cached_vector_pairs`), so a night costs what its
+changes cost, not what the corpus costs (DESIGN §5). At 1M memories a night where agents wrote 1% of the rows
+spread over every namespace had joined all of them again. The cache lives under <warehouse>/pair_cache/.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ from engram_pipelines.warehouse.vector_digests import (
     vector_fingerprints,
     with_digests,
 )
+
+# 2: scores are each pair's float64 cosine rounded to float32 (pairs kept from before would carry a tile's
+# float32 product, a few ulps from what a whole join gives now), and the rows the pairs were found among are
+# kept.
+CACHE_VERSION = 2
 
 
 @dataclass
@@ -63,7 +71,7 @@ def cached_vector_pairs(
     cell join is sampled, and its pairs depend on every row.
 
     `directory` holds one part's cache (a shard's); tonight's pairs, fingerprints and rows replace it."""
-    settings = hashlib.sha256(f"{threshold!r}|{exact_cutoff}".encode()).hexdigest()[:12]
+    settings = hashlib.sha256(f"{threshold!r}|{exact_cutoff}|{CACHE_VERSION}".encode()).hexdigest()[:12]
     path, rows_path = directory / f"pairs-{settings}.parquet", directory / f"rows-{settings}.parquet"
     tonight = vector_fingerprints(vectors.digests)
     stored, before = _stored(path) if reuse else (None, None)
