@@ -47,8 +47,8 @@ class CachedPairs:
     methods: dict[str, int]
     reused_namespaces: int  # unchanged: their pairs as stored
     compared_namespaces: int  # joined whole
-    updated_namespaces: int = 0  # a few rows moved: their pairs as stored among the others, the moved joined
-    changed_rows: int = 0  # rows of the updated namespaces joined against their namespace
+    updated_namespaces: int  # a few rows moved: their pairs as stored among the others, the moved joined
+    changed_rows: int  # rows of the updated namespaces joined against their namespace
 
 
 def cached_vector_pairs(
