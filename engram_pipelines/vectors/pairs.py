@@ -77,14 +77,15 @@ def _matrix(vectors: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pair_table(vectors: pa.Table, found: PairResult) -> pa.Table:
-    ids = vectors["id"].combine_chunks()
+    # Taken from the columns as they are: combining them first copied every row's id to take the pairs'.
+    ids = vectors["id"]
     left = ids.take(pa.array(found.left)).to_numpy(zero_copy_only=False)
     right = ids.take(pa.array(found.right)).to_numpy(zero_copy_only=False)
     swap = left > right
     left, right = np.where(swap, right, left), np.where(swap, left, right)
     return pa.table(
         {
-            "namespace": vectors["namespace"].combine_chunks().take(pa.array(found.left)),
+            "namespace": vectors["namespace"].take(pa.array(found.left)),
             "left_id": pa.array(left, pa.string()),
             "right_id": pa.array(right, pa.string()),
             "score": pa.array(found.score.astype(np.float64)),
