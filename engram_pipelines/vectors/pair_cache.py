@@ -76,7 +76,9 @@ def cached_vector_pairs(
     tonight = vector_fingerprints(vectors.digests)
     stored, before = _stored(path) if reuse else (None, None)
     same = _unchanged(tonight, before) if stored is not None else pa.array([], pa.string())
-    previous = _stored_rows(rows_path, before) if before is not None else None
+    # Nothing moved: the stored files hold what tonight would write, and their rows are not needed.
+    everything_kept = before is not None and len(same) == tonight.num_rows == before.num_rows
+    previous = _stored_rows(rows_path, before) if before is not None and not everything_kept else None
     compared = with_digests(vectors.load_except(same))
     update = _updatable(compared, previous, exact_cutoff)
     # One matrix of the read vectors; the updated and the whole-joined namespaces take their rows of it (a
@@ -95,13 +97,13 @@ def cached_vector_pairs(
     if stored is not None:
         parts.append(stored.filter(pc.is_in(stored["namespace"], value_set=same)))
     pairs = pa.concat_tables([t.cast(PAIR_SCHEMA) for t in parts])
-    # The rows first: a rows file is used only with the pairs file whose fingerprints it names (a run that
-    # dies between the two, or two runs racing, leave files that do not match: namespaces are joined whole).
-    write_parquet(
-        vectors.digests.select(DIGEST_COLUMNS).replace_schema_metadata({"fingerprints": _token(tonight)}),
-        rows_path,
-    )
-    write_parquet(pairs.replace_schema_metadata({"fingerprints": json.dumps(tonight.to_pylist())}), path)
+    if not everything_kept:
+        # The rows first: a rows file is used only with the pairs file whose fingerprints it names (a run
+        # that dies between the two, or two runs racing, leave files that do not match: namespaces are joined
+        # whole).
+        rows = vectors.digests.select(DIGEST_COLUMNS)
+        write_parquet(rows.replace_schema_metadata({"fingerprints": _token(tonight)}), rows_path)
+        write_parquet(pairs.replace_schema_metadata({"fingerprints": json.dumps(tonight.to_pylist())}), path)
     return CachedPairs(
         pairs,
         methods,

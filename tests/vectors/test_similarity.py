@@ -266,10 +266,13 @@ def test_cached_pairs_recompute_only_the_namespaces_whose_vectors_changed(tmp_pa
     )
     assert (first.reused_namespaces, first.compared_namespaces) == (0, 3)
     loads: list[list[str] | None] = []
+    files = {path: path.stat().st_mtime_ns for path in tmp_path.glob("*.parquet")}
     quiet = pair_cache.cached_vector_pairs(
         _source({"a": a, "b": b, "c": c}, loads), 0.8, exact_cutoff=1000, directory=tmp_path
     )
     assert quiet.reused_namespaces == 3 and loads == [[]], "nothing moved: no namespace's vectors are read"
+    assert quiet.pairs.equals(first.pairs)
+    assert {path: path.stat().st_mtime_ns for path in tmp_path.glob("*.parquet")} == files, "nor rewritten"
 
     compared: list[set[str]] = []
 
