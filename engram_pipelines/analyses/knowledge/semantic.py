@@ -55,7 +55,6 @@ Nothing here hides a row: every op is an insert, a link upsert or a metadata wri
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import json
 from collections.abc import Sequence
@@ -144,6 +143,7 @@ class _Run:
     rejects: list[dict[str, Any]] = field(default_factory=list)
     _centroids: dict[tuple[str, str | None, bool], np.ndarray | None] = field(default_factory=dict)
     _matrices: dict[tuple[str, str | None], tuple[list[str], np.ndarray]] = field(default_factory=dict)
+    _existing: dict[tuple[str, str | None], list[_NodeWork]] | None = None
 
     @property
     def when(self) -> str:
@@ -210,14 +210,18 @@ class _Run:
         """Centroids of the nodes that existed before this run, per namespace and model (built once)."""
         key = (namespace, model)
         if key not in self._matrices:
+            if self._existing is None:
+                # The nodes that existed before this run, grouped once (in id order): scanning every node for
+                # each namespace and model took 5.6 s at 1M memories (28k nodes, 400 namespaces).
+                self._existing = {}
+                for node_id in sorted(self.nodes):
+                    if (work := self.nodes[node_id]).before is not None:
+                        self._existing.setdefault((work.namespace, work.model), []).append(work)
             ids, rows = [], []
-            for node_id in sorted(self.nodes):
-                work = self.nodes[node_id]
-                if work.before is None or work.namespace != namespace or work.model != model:
-                    continue
+            for work in self._existing.get(key, []):
                 centroid = self.node_centroid(work)
                 if centroid is not None:
-                    ids.append(node_id)
+                    ids.append(work.node_id)
                     rows.append(centroid)
             self._matrices[key] = (ids, np.stack(rows) if rows else np.zeros((0, 1), dtype=np.float32))
         return self._matrices[key]
@@ -330,7 +334,7 @@ def _start_run(
         model = index.model_of(state.representative) or next(
             (m for m in (index.model_of(s) for s in state.sources) if m), index.model_of(row["id"])
         )
-        nodes[row["id"]] = _NodeWork(row["id"], row["namespace"], copy.deepcopy(state), state, model)
+        nodes[row["id"]] = _NodeWork(row["id"], row["namespace"], state.copy(), state, model)
     partners = contradiction_partners(memories, links)
     # The rows the run looks up by id (node sources, nodes, contradiction partners; cluster members are added
     # once the clusters are known) as python dicts; the corpus-sized table stays in Arrow.
