@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engram_pipelines.core.sqltext import quoted
-from engram_pipelines.warehouse.parquet import is_vector
+from engram_pipelines.warehouse.parquet import VECTOR_BATCH_ROWS, is_vector
 
 BASE, DELTA, DROPPED = "base.parquet", "delta.parquet", "dropped.parquet"
 DROPPED_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False)])
@@ -172,7 +172,7 @@ def _scattered(
         keep_np = keep.to_numpy(zero_copy_only=False)
         start = taken = 0
         for batch in pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20).iter_batches(
-            batch_size=65_536, columns=[name]
+            batch_size=VECTOR_BATCH_ROWS, columns=[name]
         ):
             column = batch.column(0)
             mask = keep_np[start : start + len(column)]

@@ -10,6 +10,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+# Rows per batch where float vectors are streamed from a file: decoding 1M x 384 floats took 4.1 s in batches
+# of 65,536 rows and 2.3 s in batches of 8,192 (each 100 MB batch came in fresh pages; a 12 MB one reuses them).
+VECTOR_BATCH_ROWS = 8_192
+
 
 def is_vector(field: pa.Field) -> bool:
     kind = field.type
@@ -74,7 +78,7 @@ def read_parquet(
     chosen = pa.array(namespaces or [], pa.string())
     chunks: dict[str, list[pa.Array]] = {name: [] for name in wanted if name not in vectors}
     gathered = {name: _VectorGather(schema.field(name).type, file.metadata.num_rows) for name in vectors}
-    for batch in file.iter_batches(batch_size=65_536, columns=read):
+    for batch in file.iter_batches(batch_size=VECTOR_BATCH_ROWS, columns=read):
         if namespaces is not None:
             batch = batch.filter(pc.is_in(batch["namespace"], chosen))
         for name, parts in chunks.items():
