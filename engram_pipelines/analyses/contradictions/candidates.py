@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engram_pipelines.analyses.contradictions.rules import RuleBook, load_rules
 from engram_pipelines.core.duck import duck
@@ -98,13 +99,39 @@ def explicit_candidates(
     explicit = true; deduplicated (a link stated on both sides is one pair).
     """
     keys = (rules or load_rules()).explicit_keys
-    known = set(map(str, ids))
-    pairs = set()
-    for memory_id, metadata in zip(map(str, ids), metadata_json, strict=True):
-        for other in _linked_ids(metadata, keys):
-            if other in known and other != memory_id:
-                pairs.add((min(memory_id, other), max(memory_id, other)))
-    ordered = sorted(pairs)
+    return _explicit_pairs(ids, metadata_json, keys, pa.array(list(map(str, ids)), pa.string()))
+
+
+def explicit_candidates_of(memories: pa.Table, rules: RuleBook | None = None) -> pa.Table:
+    """`explicit_candidates` of a table's `id` and `metadata` (JSON text) columns, the same pairs, parsing only
+    the rows whose text can hold a key: a key is written as itself, or escaped (then the text has a backslash).
+    Parsing every row's metadata took 7.5 s at 1M memories, for the few rows that link."""
+    keys = (rules or load_rules()).explicit_keys
+    text = memories["metadata"]
+    maybe = pc.match_substring(text, "\\")
+    for key in keys:
+        maybe = pc.or_(maybe, pc.match_substring(text, key))
+    rows = memories.select(["id", "metadata"]).filter(pc.fill_null(maybe, False))
+    return _explicit_pairs(rows["id"].to_pylist(), rows["metadata"].to_pylist(), keys, memories["id"])
+
+
+def _explicit_pairs(
+    ids: Sequence[str],
+    metadata_json: Sequence[str | Mapping[str, Any] | None],
+    keys: Sequence[str],
+    known: pa.Array | pa.ChunkedArray,
+) -> pa.Table:
+    """The pairs the rows' metadata links, of ids among `known` (self-links dropped)."""
+    links = sorted(
+        {
+            (memory_id, other)
+            for memory_id, metadata in zip(map(str, ids), metadata_json, strict=True)
+            for other in _linked_ids(metadata, keys)
+            if other != memory_id
+        }
+    )
+    present = pc.is_in(pa.array([other for _, other in links], pa.string()), value_set=known).to_pylist()
+    ordered = sorted({(min(a, b), max(a, b)) for (a, b), ok in zip(links, present, strict=True) if ok})
     return pa.table(
         {
             "left_id": pa.array([p[0] for p in ordered], pa.string()),

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.analyses.contradictions.candidates import explicit_candidates, structural_candidates
+from engram_pipelines.analyses.contradictions.candidates import explicit_candidates_of, structural_candidates
 from engram_pipelines.analyses.contradictions.detect import detect
 from engram_pipelines.analyses.contradictions.features import cached_memory_features, memory_features
 from engram_pipelines.analyses.contradictions.rules import RuleBook, load_rules
@@ -75,7 +75,7 @@ def _candidates(
         con.register("p", pairs)
         con.register("m", memories.select(["id", "namespace", "created_at"]))
         structural = structural_candidates(features, memories.select(["id", "namespace", "created_at"]))
-        explicit = explicit_candidates(memories["id"].to_pylist(), memories["metadata"].to_pylist(), rules)
+        explicit = explicit_candidates_of(memories, rules)
         con.register("s", structural.select(["left_id", "right_id"]))
         con.register("e", explicit.select(["left_id", "right_id"]))
         # One row per pair with every source that proposed it; explicit links never cross a namespace either.

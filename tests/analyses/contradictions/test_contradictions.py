@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import json
@@ -11,7 +12,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from engram_pipelines.analyses.contradictions.candidates import explicit_candidates, structural_candidates
+from engram_pipelines.analyses.contradictions.candidates import (
+    explicit_candidates,
+    explicit_candidates_of,
+    structural_candidates,
+)
 from engram_pipelines.analyses.contradictions.detect import DETECT_COLUMNS, detect
 from engram_pipelines.analyses.contradictions.features import memory_features, memory_row
 from engram_pipelines.analyses.contradictions.reference import rule_for_pair
@@ -492,6 +497,37 @@ def test_explicit_candidates_from_metadata():
         {"left_id": "b", "right_id": "c", "explicit": True},
         {"left_id": "d", "right_id": "e", "explicit": True},
     ]
+
+
+def test_explicit_candidates_of_a_table_are_those_of_every_row_parsed():
+    """The fast path parses only rows whose text can hold a key; escaped keys, lists of ids and numbers,
+    invalid JSON, nulls, self-links and unknown ids give the pairs of parsing every row."""
+    metadata = [
+        json.dumps({"contradicts": "b"}),
+        json.dumps({"contradicts": ["a", "c", "gone", 7, 1.5, None]}),
+        "not json, but contradicts",
+        json.dumps({"contradictionWith": "e", "note": "a \\ backslash"}),
+        json.dumps({"contradicts": "e"}),
+        '{"contr\\u0061dicts": "a"}',  # an escaped key: the text never spells it
+        json.dumps({"other": "contradicts"}),
+        None,
+        json.dumps(["contradicts", "a"]),
+        json.dumps({"contradicts": ["g", "g"]}),
+        json.dumps({"tags": ["x"]}),
+    ]
+    ids = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "7", "k"]
+    table = pa.table({"id": ids, "metadata": pa.array(metadata, pa.string())})
+    for rules in (RULES, dataclasses.replace(RULES, explicit_keys=("contradicts",))):
+        expected = explicit_candidates(ids, metadata, rules)
+        assert explicit_candidates_of(table, rules).equals(expected)
+    assert {tuple(p.values())[:2] for p in explicit_candidates(ids, metadata, RULES).to_pylist()} == {
+        ("a", "b"),
+        ("b", "c"),
+        ("7", "b"),
+        ("a", "f"),
+        ("7", "g"),
+        ("d", "e"),  # contradictionWith, the seed's marker, is a key of the default rules
+    }
 
 
 def test_explicit_pairs_fire_even_where_the_heuristics_are_silent():
