@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from engram_pipelines.core.digests import content_sha
 from engram_pipelines.warehouse.content_cache import ContentCache, computed_by_content
 
 
@@ -25,3 +27,19 @@ def test_each_distinct_content_is_computed_once_and_results_follow_the_input_row
     assert computed_by_content(["x", "x"], lengths, None)["length"].to_pylist() == [1, 1] and computed[2] == [
         "x"
     ]
+
+
+def test_an_arrow_column_is_keyed_and_computed_as_its_python_strings(tmp_path):
+    """The keys are `content_sha` of each text (caches written before keep answering), whether the contents
+    come as Python strings or as an Arrow column in several chunks, non-ASCII text included."""
+    texts = ["café au lait", None, "naïve", "café au lait", ""]
+
+    def lengths(batch: list[str]) -> pa.Table:
+        return pa.table({"length": pa.array([len(t) for t in batch], pa.int64())})
+
+    column = pa.chunked_array([pa.array(texts[:2], pa.string()), pa.array(texts[2:], pa.string())])
+    from_arrow = computed_by_content(column, lengths, ContentCache(tmp_path / "arrow"))
+    assert from_arrow.equals(computed_by_content(texts, lengths, ContentCache(tmp_path / "python")))
+    assert from_arrow["length"].to_pylist() == [12, 0, 5, 12, 0]
+    stored = pa.concat_tables(pq.read_table(p) for p in sorted((tmp_path / "arrow").glob("*.parquet")))
+    assert sorted(stored["sha"].to_pylist()) == sorted({content_sha(t or "") for t in texts})

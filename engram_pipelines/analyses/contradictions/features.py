@@ -22,7 +22,7 @@ from engram_pipelines.analyses.contradictions.rules import (
     WEAK_RELATION,
     RuleBook,
 )
-from engram_pipelines.warehouse.content_cache import ContentCache, computed_by_content
+from engram_pipelines.warehouse.content_cache import ContentCache, computed_by_content, string_array
 
 # Words keep inner dots, dashes, slashes, apostrophes and colons ("node.js", "gpt-4", "don't", "9:30") and
 # thousands separators ("5,000"); a currency sign stays on its amount.
@@ -487,14 +487,17 @@ FEATURES_VERSION = 3
 
 
 def cached_memory_features(
-    ids: Sequence[str], contents: Sequence[str], rules: RuleBook, cache_root: Path
+    ids: Sequence[str] | pa.Array | pa.ChunkedArray,
+    contents: Sequence[str] | pa.Array | pa.ChunkedArray,
+    rules: RuleBook,
+    cache_root: Path,
 ) -> pa.Table:
     """`memory_features`, parsing each distinct content once across nights (cached by content hash under
     <cache_root>/contradiction_features/, per parser version and rules): a quiet night parses only what is new."""
-    if not ids:  # an empty store: nothing to parse (and no cached columns to shape a result from)
+    if not len(ids):  # an empty store: nothing to parse (and no cached columns to shape a result from)
         return FEATURES_SCHEMA.empty_table()
     cache = ContentCache(cache_root / "contradiction_features" / f"v{FEATURES_VERSION}-{rules.fingerprint}")
     parsed = computed_by_content(
         contents, lambda texts: memory_features(texts, texts, rules).drop_columns(["id"]), cache
     )
-    return parsed.add_column(0, "id", pa.array(list(ids), pa.string())).cast(FEATURES_SCHEMA)
+    return parsed.add_column(0, "id", string_array(ids)).cast(FEATURES_SCHEMA)

@@ -106,11 +106,10 @@ def find_contradictions(
 
     With `cache_root` (the warehouse), parsed features are reused across nights by content hash."""
     rules = load_rules(config.contradiction.rules_path)
-    ids, contents = memories["id"].to_pylist(), memories["content"].to_pylist()
     features = (
-        cached_memory_features(ids, contents, rules, cache_root)
+        cached_memory_features(memories["id"], memories["content"], rules, cache_root)
         if cache_root is not None
-        else memory_features(ids, contents, rules)
+        else memory_features(memories["id"].to_pylist(), memories["content"].to_pylist(), rules)
     )
     candidates = _candidates(memories, pairs, features, rules, config)
     found = detect(candidates, features, rules) if candidates.num_rows else None

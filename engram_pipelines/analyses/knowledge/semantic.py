@@ -295,7 +295,7 @@ def _seeds(
         pc.invert(pc.is_in(episodic["id"], pa.array(replaced, pa.string()))),
     )
     rows = episodic.filter(pc.and_(pc.and_(active, undisputed), pc.is_in(episodic["id"], paired)))
-    texts = cached_text_facts(rows["content"].to_pylist(), cache_root)
+    texts = cached_text_facts(rows["content"], cache_root)
     for name in SAME_FACT_SCHEMA.names:
         rows = rows.append_column(f"text_{name}", texts[name])
     return rows.filter(texts["knowledge"])

@@ -36,7 +36,7 @@ def _parsers() -> str:
     return files_digest([chitchat.__file__, containment.__file__, str(containment.WORDS_PATH)])
 
 
-def cached_text_facts(contents: Sequence[str | None], cache_root: Path | None) -> pa.Table:
+def cached_text_facts(contents: Sequence[str | None] | pa.ChunkedArray, cache_root: Path | None) -> pa.Table:
     """`text_facts` of `contents`, row for row; with `cache_root`, each distinct content parsed once across
     nights (under <cache_root>/semantic_texts/)."""
     store = ContentCache(cache_root / "semantic_texts" / _parsers()) if cache_root is not None else None

@@ -82,7 +82,7 @@ def band_pairs(
     # Only the rows in the band are parsed (parsing every row's content took 8 s at 1M memories).
     ids = pc.unique(pa.chunked_array([*band["left_id"].chunks, *band["right_id"].chunks], pa.string()))
     involved = memories.select(["id", "kind", "content"]).filter(pc.is_in(memories["id"], value_set=ids))
-    features = cached_merge_features(involved["id"].to_pylist(), involved["content"].to_pylist(), cache_root)
+    features = cached_merge_features(involved["id"], involved["content"], cache_root)
     with duck(joins_as_written=True) as con:
         con.register("p", band)
         con.register("m", involved.select(["id", "kind"]).append_column("numbers", features["numbers"]))

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from engram_pipelines.analyses.merges import containment
 from engram_pipelines.core.digests import files_digest
-from engram_pipelines.warehouse.content_cache import ContentCache, computed_by_content
+from engram_pipelines.warehouse.content_cache import ContentCache, computed_by_content, string_array
 
 # `numbers`: the text's numbers as a JSON list (compared as text: equal lists, equal strings).
 MERGE_TEXT_SCHEMA = pa.schema(
@@ -38,12 +38,12 @@ def _parser() -> str:
 
 
 def cached_merge_features(
-    ids: Sequence[str], contents: Sequence[str | None], cache_root: Path | None
+    ids: Sequence[str] | pa.ChunkedArray,
+    contents: Sequence[str | None] | pa.ChunkedArray,
+    cache_root: Path | None,
 ) -> pa.Table:
     """`id` and `merge_text_features` of each memory, row for row; with `cache_root`, each distinct content parsed
     once across nights (under <cache_root>/merge_texts/)."""
     store = ContentCache(cache_root / "merge_texts" / _parser()) if cache_root is not None else None
     features = computed_by_content(contents, merge_text_features, store).cast(MERGE_TEXT_SCHEMA)
-    return features.add_column(
-        0, containment.CONTAINMENT_SCHEMA.field("id"), pa.array(list(ids), pa.string())
-    )
+    return features.add_column(0, containment.CONTAINMENT_SCHEMA.field("id"), string_array(ids))
