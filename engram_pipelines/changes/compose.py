@@ -29,6 +29,7 @@ from engram_pipelines.changes.intents import (
     select_intents,
 )
 from engram_pipelines.core import jsontext, records
+from engram_pipelines.core.digests import content_sha_sql
 from engram_pipelines.core.duck import duck
 
 CHANGE_SCHEMA = pa.schema(
@@ -62,7 +63,9 @@ CHANGE_SCHEMA = pa.schema(
 # starts from, and the content (only its digest is used).
 _GUARD_COLUMNS = ["id", "version", "access_count", "last_accessed_at", "pinned"]
 SNAPSHOT_COLUMNS = [*_GUARD_COLUMNS, *records.WRITABLE_COLUMNS, "content"]
-_FOLD_COLUMNS = ", ".join([*_GUARD_COLUMNS, *records.WRITABLE_COLUMNS, "sha256(content)[:16] AS content_sha"])
+_FOLD_COLUMNS = ", ".join(
+    [*_GUARD_COLUMNS, *records.WRITABLE_COLUMNS, f"{content_sha_sql('content')} AS content_sha"]
+)
 
 
 def snapshot_rows(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict[str, Any]]:

@@ -18,6 +18,7 @@ import duckdb
 import pyarrow as pa
 
 from engram_pipelines.changes.intents import OP_ORDER
+from engram_pipelines.core.digests import content_sha_sql
 from engram_pipelines.core.sqltext import quoted
 from engram_pipelines.core.timestamps import format_timestamp
 
@@ -152,7 +153,7 @@ def _fold_sql(at: dt.datetime) -> str:
         GROUP BY review_class, target_id
     ),
     folded AS (
-        SELECT t.*, m.version, m.access_count, m.last_accessed_at, m.pinned, sha256(m.content)[:16] AS content_sha,
+        SELECT t.*, m.version, m.access_count, m.last_accessed_at, m.pinned, {content_sha_sql("m.content")} AS content_sha,
             coalesce(t.new_tier, m.tier) AS tier, coalesce(t.new_kind, m.kind) AS kind,
             CASE WHEN t.scores THEN t.new_score ELSE m.score END AS score,
             CASE WHEN t.marks THEN TRUE WHEN t.clears THEN FALSE ELSE m.stale END AS stale,

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from engram_pipelines.changes.registry import ChangeSetNotFound, find_change_set, read_changes
 from engram_pipelines.config.model import Config
+from engram_pipelines.core.digests import content_sha_sql
 from engram_pipelines.core.duck import duck
 from engram_pipelines.store import ChangeSetRecord, Store
 
@@ -102,7 +103,7 @@ def without_waiting(
         # Tonight's held ops per memory target, outside any cluster; a target waits where a waiting change has
         # the same ops and its guards hold on tonight's row (the oldest set first: the one a reviewer meets).
         matched = con.sql(
-            """
+            f"""
             WITH tonight AS (
                 SELECT target_id, any_value(namespace) AS namespace, list_sort(list(op)) AS ops FROM i
                 WHERE review_class = 'held' AND target_kind = 'memory'
@@ -115,7 +116,7 @@ def without_waiting(
                 AND w.guard_access_count IS NOT DISTINCT FROM m.access_count
                 AND w.guard_last_accessed_at IS NOT DISTINCT FROM m.last_accessed_at
                 AND w.guard_pinned IS NOT DISTINCT FROM m.pinned
-                AND w.guard_content_sha = sha256(m.content)[:16]
+                AND w.guard_content_sha = {content_sha_sql("m.content")}
             ORDER BY w.target_id, w.change_set_id
             """
         ).to_arrow_table()

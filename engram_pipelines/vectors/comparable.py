@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engram_pipelines.core.digests import content_sha_sql
 from engram_pipelines.core.duck import duck
 from engram_pipelines.core.progress import Progress
 from engram_pipelines.vectors.embeddings import Embedder, embed_in_batches
@@ -109,10 +110,10 @@ def _row_flags(memories: pa.Table) -> pa.Table:
             ),
         )
         flags = con.sql(
-            """
+            f"""
             SELECT pos, coalesce(TRY_CAST(json_extract(metadata, '$.embeddingExcluded') AS BOOLEAN), false) AS excluded,
                 sha, embedded_content_sha IS NULL OR embedded_content_sha = sha AS fresh
-            FROM (SELECT *, left(sha256(content), 16) AS sha FROM m)
+            FROM (SELECT *, {content_sha_sql("content")} AS sha FROM m)
             """
         ).to_arrow_table()
         if not np.array_equal(flags["pos"].to_numpy(), np.arange(n)):

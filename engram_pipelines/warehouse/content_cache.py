@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from engram_pipelines.core.digests import content_sha_sql
 from engram_pipelines.core.duck import duck
 from engram_pipelines.warehouse.parquet import write_parquet
 
@@ -95,9 +96,8 @@ def computed_by_content(
     texts = string_array(contents)
     with duck() as con:
         con.register("c", pa.table({"content": texts, "position": np.arange(len(texts), dtype=np.int64)}))
-        wanted = con.sql(
-            "SELECT left(sha256(coalesce(content, '')), 16) AS sha, position FROM c"
-        ).to_arrow_table()
+        sha = content_sha_sql("coalesce(content, '')")
+        wanted = con.sql(f"SELECT {sha} AS sha, position FROM c").to_arrow_table()
         con.register("wanted", wanted)
         unique = con.sql("SELECT DISTINCT sha FROM wanted ORDER BY sha").to_arrow_table()["sha"]
         known = cache.lookup(unique) if cache is not None else None
