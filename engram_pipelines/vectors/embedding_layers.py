@@ -17,8 +17,6 @@ changed embedder or another memories file finds nothing, and the vectors of the 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,6 +27,7 @@ from engram_pipelines.vectors.comparable import VECTOR_INPUT_COLUMNS, VectorStat
 from engram_pipelines.vectors.embeddings import Embedder
 from engram_pipelines.warehouse.layers import BASE
 from engram_pipelines.warehouse.parquet import read_parquet, write_parquet
+from engram_pipelines.warehouse.raw_vectors import file_fingerprint, raw_copies, write_raw
 from engram_pipelines.warehouse.tables import PART, Warehouse
 from engram_pipelines.warehouse.vector_digests import DIGEST
 
@@ -37,17 +36,6 @@ EMBEDDER_KEY = b"engram.embedder"
 # How many earlier partitions are searched for the vectors of a base file: a base is at most
 # snapshot.full_every_days old (7 by default), and each layered day after it links the same vectors.
 LOOK_BACK_DAYS = 31
-
-
-def file_fingerprint(path: Path) -> str:
-    """A Parquet file's identity: its size and footer (the last 8 bytes give the footer's length)."""
-    with path.open("rb") as file:
-        size = file.seek(0, os.SEEK_END)
-        file.seek(size - 8)
-        footer_length = int.from_bytes(file.read(4), "little")
-        file.seek(size - 8 - footer_length)
-        footer = file.read(footer_length)
-    return hashlib.sha256(size.to_bytes(8, "little") + footer).hexdigest()[:32]
 
 
 def _tagged(vectors: pa.Table, memories_file: Path, embedder: Embedder) -> pa.Table:
@@ -108,10 +96,16 @@ def write_embeddings(
         memories = read_parquet(layers.base, VECTOR_INPUT_COLUMNS)
         vectors, stats = partition_vectors(memories, embedder, warehouse.root, progress=progress)
         base = write_parquet(_tagged(vectors, layers.base, embedder), shard)
+        write_raw(vectors["vector"], base, "vector")  # from memory: the partition links it with the base
+        del vectors
     delta, delta_stats = partition_vectors(
         read_parquet(layers.delta, VECTOR_INPUT_COLUMNS), embedder, warehouse.root, progress=progress
     )
     dropped = pq.read_table(layers.dropped)["id"].combine_chunks()
-    warehouse.write_layers("embeddings", as_of, base, delta, dropped)
-    shard.unlink(missing_ok=True)  # the partition is complete: nothing for the combine step to link
+    warehouse.write_layers("embeddings", as_of, base, delta, dropped, raw_vectors=("vector",))
+    for path in (
+        shard,
+        *raw_copies(shard),
+    ):  # the partition is complete: nothing for the combine step to link
+        path.unlink(missing_ok=True)
     return stats.plus(delta_stats)

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from engram_pipelines.core.sqltext import quoted
 from engram_pipelines.warehouse.parquet import VECTOR_BATCH_ROWS, is_vector
+from engram_pipelines.warehouse.raw_vectors import read_raw_into
 
 BASE, DELTA, DROPPED = "base.parquet", "delta.parquet", "dropped.parquet"
 DROPPED_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False)])
@@ -170,6 +171,8 @@ def _scattered(
     valid = np.ones(rows, dtype=bool)
     for path, keep, at in sources:
         keep_np = keep.to_numpy(zero_copy_only=False)
+        if read_raw_into(path, name, keep_np, at, values):  # its raw copy: no null among them
+            continue
         start = taken = 0
         for batch in pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20).iter_batches(
             batch_size=VECTOR_BATCH_ROWS, columns=[name]

@@ -39,6 +39,7 @@ from engram_pipelines.warehouse.layers import (
     read_layered,
 )
 from engram_pipelines.warehouse.parquet import codecs, read_parquet, write_parquet
+from engram_pipelines.warehouse.raw_vectors import link_raw
 from engram_pipelines.warehouse.shards import namespaces_in_shard
 
 # Tables written per as-of partition, each a directory under the warehouse.
@@ -125,12 +126,22 @@ class Warehouse:
         return Layers.of(self.partition_dir(table, as_of))
 
     def write_layers(
-        self, table: str, as_of: dt.date, base: Path, delta: pa.Table, dropped: pa.Array
+        self,
+        table: str,
+        as_of: dt.date,
+        base: Path,
+        delta: pa.Table,
+        dropped: pa.Array,
+        *,
+        raw_vectors: tuple[str, ...] = (),
     ) -> None:
-        """Replace one partition with a layered one: `base` (an earlier partition's file, linked), the `delta`
-        rows (in id order) and the `dropped` ids of base rows it no longer holds."""
+        """Replace one partition with a layered one: `base` (an earlier partition's file, linked, with the raw
+        copies of its `raw_vectors` columns: `raw_vectors.py`), the `delta` rows (in id order) and the
+        `dropped` ids of base rows it no longer holds."""
         with self._replacing(table, as_of) as staging:
             _link(base, staging / BASE)
+            for column in raw_vectors:
+                link_raw(base, staging / BASE, column, _link)
             pq.write_table(delta, staging / DELTA, **codecs(delta.schema))
             pq.write_table(pa.table([dropped], schema=DROPPED_SCHEMA), staging / DROPPED)
 
@@ -140,7 +151,8 @@ class Warehouse:
         if source == as_of:
             return
         with self._replacing(table, as_of) as staging:
-            for path in sorted(self.partition_dir(table, source).glob("*.parquet")):
+            directory = self.partition_dir(table, source)
+            for path in sorted([*directory.glob("*.parquet"), *directory.glob("*.npy")]):
                 _link(path, staging / path.name)
 
     @contextmanager

@@ -13,8 +13,9 @@ import pyarrow.parquet as pq
 
 from engram_pipelines.core.digests import content_sha
 from engram_pipelines.vectors.comparable import partition_vectors
-from engram_pipelines.vectors.embedding_layers import file_fingerprint, vectors_of, write_embeddings
+from engram_pipelines.vectors.embedding_layers import vectors_of, write_embeddings
 from engram_pipelines.warehouse.parquet import read_parquet
+from engram_pipelines.warehouse.raw_vectors import file_fingerprint, raw_copies, raw_path
 from engram_pipelines.warehouse.tables import Warehouse
 from tests.vectors.test_embeddings import HashEmbedder
 
@@ -68,6 +69,8 @@ def test_a_layered_snapshot_gets_layered_embeddings_equal_to_a_full_recompute(tm
     assert (rows, stats.embedded, stats.stored) == (8, 2, 1), "only the delta's rows need vectors"
     assert wh.read_table("embeddings", day, ["id", "namespace", "model", "vector"]).equals(_full(wh, day))
     assert wh.read_table("embeddings", day, namespaces=["ns-b"])["id"].to_pylist() == ["m5", "m6", "m7", "m9"]
+    layers = wh.layers("embeddings", day)
+    assert layers is not None and raw_copies(layers.base) == [raw_path(layers.base, "vector")]
 
     # Without the base's vectors (the day it was read is gone) they are found once, from the base file.
     wh2 = Warehouse(tmp_path / "other")
@@ -82,6 +85,8 @@ def test_a_layered_snapshot_gets_layered_embeddings_equal_to_a_full_recompute(tm
         base is not None and vectors_of(wh2, day, wh.table_path("memories", DAY), HashEmbedder()) == base.base
     )
     assert wh2.read_table("embeddings", day, ["id", "namespace", "model", "vector"]).equals(_full(wh, day))
+    assert raw_copies(base.base) == [raw_path(base.base, "vector")], "written from the vectors found"
+    assert not raw_copies(wh2.shard_path("embeddings", day, 0, 1)), "the shard's file and copy are gone"
 
 
 def test_vectors_of_another_file_or_embedder_are_never_reused(tmp_path: Path) -> None:
