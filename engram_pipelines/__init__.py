@@ -7,7 +7,14 @@ The Python API is `engram_pipelines.api`; its names (`__all__`, listed here once
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
+
+# NumPy marks every large array for transparent huge pages (MADV_HUGEPAGE). Where the kernel's THP defrag setting
+# is `madvise` (its default) and memory is fragmented, touching such an array first stalls in synchronous
+# compaction (numpy/numpy#31590): filling a fresh 1M x 384 float array took 1.8-4.3 s here with the mark and
+# 1.35-1.45 s without. Read by NumPy when it is first imported; an explicit setting is kept.
+os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
 
 __all__ = [
     "ApplyResult",
