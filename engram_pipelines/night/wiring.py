@@ -119,7 +119,14 @@ def semantic_for_day(
     (`analyses/knowledge/semantic_reuse.py`)."""
     if cache_root is None or not config.execution.reuse:
         result = semantic_extraction(
-            memories, links, pairs, vectors.load(None), config, at, fading=fading, cache_root=cache_root
+            memories,
+            links,
+            pairs,
+            lambda ids: vectors.load(None, ids),
+            config,
+            at,
+            fading=fading,
+            cache_root=cache_root,
         )
         return in_namespace_order([result]), len(pc.unique(memories["namespace"]))
     return semantic_reusing(memories, links, pairs, vectors, config, at, fading=fading, cache_root=cache_root)

@@ -50,18 +50,40 @@ class Layers:
         return self.base, self.delta, self.dropped
 
 
-def _kept(path: Path, namespaces: pa.Array | None, dropped: pa.Array | None) -> tuple[pa.Array, pa.Array]:
+@dataclass(frozen=True)
+class _Chosen:
+    """The rows a read asks for: of these namespaces, with these ids (all, where None)."""
+
+    namespaces: pa.Array | None
+    ids: pa.Array | None
+
+    @property
+    def all(self) -> bool:
+        return self.namespaces is None and self.ids is None
+
+    def mask(self, rows: pa.Table) -> pa.Array | None:
+        """Which of `rows` (with the id and namespace columns) are chosen; None: all."""
+        masks = [
+            pc.is_in(rows[column], value_set=values)
+            for column, values in (("namespace", self.namespaces), ("id", self.ids))
+            if values is not None
+        ]
+        return None if not masks else masks[0] if len(masks) == 1 else pc.and_(*masks)
+
+
+def _kept(path: Path, chosen: _Chosen, dropped: pa.Array | None) -> tuple[pa.Array, pa.Array]:
     """(the file's rows to keep as a boolean mask, their ids)."""
-    table = pq.read_table(path, columns=["id"] if namespaces is None else ["id", "namespace"])
+    table = pq.read_table(path, columns=["id"] if chosen.namespaces is None else ["id", "namespace"])
     keep = pa.array(np.ones(table.num_rows, dtype=bool))
     if dropped is not None and len(dropped):
         keep = pc.invert(pc.is_in(table["id"], value_set=dropped)).combine_chunks()
-    if namespaces is not None:
-        keep = pc.and_(keep, pc.is_in(table["namespace"], value_set=namespaces)).combine_chunks()
+    mask = chosen.mask(table)
+    if mask is not None:
+        keep = pc.and_(keep, mask).combine_chunks()
     return keep, table["id"].filter(keep).combine_chunks()
 
 
-def _merge_order(layers: Layers, chosen: pa.Array | None) -> tuple[pa.Array, pa.Array, np.ndarray]:
+def _merge_order(layers: Layers, chosen: _Chosen) -> tuple[pa.Array, pa.Array, np.ndarray]:
     """(the base's rows kept, the delta's rows kept, the merged id order of the kept rows: the base's, then the
     delta's)."""
     dropped = pq.read_table(layers.dropped)["id"].combine_chunks()
@@ -80,9 +102,11 @@ def read_layered(
     columns: list[str] | None = None,
     namespaces: list[str] | None = None,
     *,
+    ids: pa.Array | None = None,
     keep: bool = True,
 ) -> pa.Table:
-    """The partition's rows (of `namespaces` only, when given) and `columns` (all when None), in id order.
+    """The partition's rows (of `namespaces` only and with `ids` only, when given) and `columns` (all when
+    None), in id order.
     The merged rows are kept for the next reader (`_MERGED`) unless `keep` is false: then only `columns` are
     merged, unless they are kept already.
 
@@ -90,17 +114,18 @@ def read_layered(
     a take over the assembled column would hold 1M x 384 floats twice."""
     schema = pq.read_schema(layers.base)
     wanted = columns if columns is not None else schema.names
-    chosen = None if namespaces is None else pa.array(namespaces, pa.string())
+    chosen = _Chosen(None if namespaces is None else pa.array(namespaces, pa.string()), ids)
     vectors = [n for n in wanted if is_vector(f := schema.field(n)) and pa.types.is_fixed_size_list(f.type)]
     merged: dict[str, pa.ChunkedArray | pa.Array] = {}
     plain = [n for n in wanted if n not in vectors]
     if plain:
         key = _identity(layers)
-        if key in _MERGED or (chosen is None and keep):
+        if key in _MERGED or (chosen.all and keep):
             rows = _merged_rows(layers, schema, key)
-            if chosen is not None:
-                rows = rows.filter(pc.is_in(rows["namespace"], value_set=chosen))
-        else:  # some namespaces (a shard's step, in a process of its own), or a one-off read: not kept
+            mask = chosen.mask(rows)
+            if mask is not None:
+                rows = rows.filter(mask)
+        else:  # some rows (a shard's step, in a process of its own), or a one-off read: not kept
             rows = _merge(layers, schema, plain, chosen)
         merged.update({name: rows[name] for name in plain})
     if vectors:
@@ -138,14 +163,14 @@ def _merged_rows(layers: Layers, schema: pa.Schema, key: tuple[tuple[str, int, i
         _MERGED.move_to_end(key)
         return _MERGED[key]
     plain = [f.name for f in schema if not (is_vector(f) and pa.types.is_fixed_size_list(f.type))]
-    rows = _MERGED[key] = _merge(layers, schema, plain, None)
+    rows = _MERGED[key] = _merge(layers, schema, plain, _Chosen(None, None))
     while len(_MERGED) > _MERGED_KEPT:
         _MERGED.popitem(last=False)
     return rows
 
 
-def _merge(layers: Layers, schema: pa.Schema, columns: list[str], chosen: pa.Array | None) -> pa.Table:
-    """`columns` (no float vectors) of the partition's rows (of the `chosen` namespaces), in id order."""
+def _merge(layers: Layers, schema: pa.Schema, columns: list[str], chosen: _Chosen) -> pa.Table:
+    """`columns` (no float vectors) of the partition's `chosen` rows, in id order."""
     base_keep, delta_keep, order = _merge_order(layers, chosen)
     # One take straight from the two files' rows (no filtered copy first: at 1M memories each copy of the
     # text columns is hundreds of MB), in batches of the plain read's size for the readers downstream.

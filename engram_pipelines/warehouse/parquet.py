@@ -57,9 +57,13 @@ def codecs(schema: pa.Schema) -> dict[str, object]:
 
 
 def read_parquet(
-    path: Path, columns: list[str] | None = None, namespaces: list[str] | None = None
+    path: Path,
+    columns: list[str] | None = None,
+    namespaces: list[str] | None = None,
+    ids: pa.Array | None = None,
 ) -> pa.Table:
-    """The file's rows (those of `namespaces` only, when given) and `columns` (all when None).
+    """The file's rows (those of `namespaces` only and with `ids` only, when given) and `columns` (all when
+    None).
 
     A file with a float vector column is streamed batch by batch without pre-buffering, each batch's vectors
     copied into one array as they come: `pq.read_table` decodes a 1M x 384 column through buffers several
@@ -71,16 +75,19 @@ def read_parquet(
     vectors = [
         name for name in wanted if is_vector(f := schema.field(name)) and pa.types.is_fixed_size_list(f.type)
     ]
-    if not vectors:
+    if not vectors and ids is None:
         filters = [("namespace", "in", namespaces)] if namespaces is not None else None
         return pq.read_table(path, columns=columns, filters=filters)
-    read = wanted if namespaces is None or "namespace" in wanted else [*wanted, "namespace"]
+    filtered = [c for c, by in (("namespace", namespaces), ("id", ids)) if by is not None and c not in wanted]
+    read = [*wanted, *filtered]
     chosen = pa.array(namespaces or [], pa.string())
     chunks: dict[str, list[pa.Array]] = {name: [] for name in wanted if name not in vectors}
     gathered = {name: _VectorGather(schema.field(name).type, file.metadata.num_rows) for name in vectors}
     for batch in file.iter_batches(batch_size=VECTOR_BATCH_ROWS, columns=read):
         if namespaces is not None:
             batch = batch.filter(pc.is_in(batch["namespace"], chosen))
+        if ids is not None:
+            batch = batch.filter(pc.is_in(batch["id"], ids))
         for name, parts in chunks.items():
             parts.append(batch[name])
         for name, gather in gathered.items():

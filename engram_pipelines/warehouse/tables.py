@@ -238,19 +238,21 @@ class Warehouse:
         columns: list[str] | None = None,
         *,
         namespaces: list[str] | None = None,
+        ids: pa.Array | None = None,
         keep: bool = True,
     ) -> pa.Table:
-        """The partition's rows (of `namespaces` only, when given) and `columns`, plain or layered alike.
-        `keep=False`: a layered partition no later reader in this process asks for again (`read_layered`)."""
+        """The partition's rows (of `namespaces` only and with `ids` only, when given) and `columns`, plain or
+        layered alike. `keep=False`: a layered partition no later reader in this process asks for again
+        (`read_layered`)."""
         layers = self.layers(table, as_of)
         if layers is not None:
-            return read_layered(layers, columns, namespaces, keep=keep)
+            return read_layered(layers, columns, namespaces, ids=ids, keep=keep)
         path = self.table_path(table, as_of)
         if not path.exists():
             raise FileNotFoundError(
                 f"no {table} partition for {as_of} under {self.root} (materialise the snapshot for that date first)"
             )
-        return read_parquet(path, columns, namespaces)
+        return read_parquet(path, columns, namespaces, ids)
 
     def read_shard(
         self, table: str, as_of: dt.date, shard: int, shards: int, columns: list[str] | None = None

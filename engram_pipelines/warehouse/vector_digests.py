@@ -92,30 +92,36 @@ def vector_fingerprints(digests: pa.Table) -> pa.Table:
         )
 
 
+# Reads the vectors of these namespaces (all, where None) with these ids (all, where None).
+Loader = Callable[[list[str] | None, pa.Array | None], pa.Table]
+
+
 @dataclass(frozen=True)
 class VectorSource:
     """A partition's vectors as the reusing steps need them: every row's digest at once, the vectors only of
-    the namespaces computed (`load(None)`: all of them)."""
+    the namespaces computed, or only of the rows asked for (`load(None, None)`: all of them)."""
 
     digests: pa.Table
-    load: Callable[[list[str] | None], pa.Table]
+    load: Loader
 
-    def load_except(self, reused: pa.Array) -> pa.Table:
-        """The vectors of every namespace but the `reused` ones (all of them, read whole, when none is)."""
+    def load_except(self, reused: pa.Array, ids: pa.Array | None = None) -> pa.Table:
+        """The vectors of every namespace but the `reused` ones (all of them, read whole, when none is), of
+        the rows with `ids` only when given."""
         if not len(reused):
-            return self.load(None)
+            return self.load(None, ids)
         present = pc.unique(self.digests["namespace"])
-        return self.load(pc.filter(present, pc.invert(pc.is_in(present, value_set=reused))).to_pylist())
+        return self.load(pc.filter(present, pc.invert(pc.is_in(present, value_set=reused))).to_pylist(), ids)
 
     @classmethod
     def of(cls, vectors: pa.Table) -> VectorSource:
         """The source of a table in memory (its digests computed when it has none)."""
         vectors = with_digests(vectors)
 
-        def load(namespaces: list[str] | None) -> pa.Table:
-            if namespaces is None:
-                return vectors
-            return vectors.filter(pc.is_in(vectors["namespace"], pa.array(namespaces, pa.string())))
+        def load(namespaces: list[str] | None, ids: pa.Array | None = None) -> pa.Table:
+            chosen = vectors
+            if namespaces is not None:
+                chosen = chosen.filter(pc.is_in(chosen["namespace"], pa.array(namespaces, pa.string())))
+            return chosen if ids is None else chosen.filter(pc.is_in(chosen["id"], value_set=ids))
 
         return cls(vectors.select(DIGEST_COLUMNS), load)
 
@@ -124,10 +130,12 @@ def stored_vectors(warehouse: Warehouse, as_of: dt.date, shard: int = 0, shards:
     """The embeddings partition of `as_of` (one namespace hash shard of it) as a source. A partition written
     before the digests were stored has them computed from its vectors."""
 
-    def read(columns: list[str] | None, namespaces: list[str] | None) -> pa.Table:
-        if namespaces is None:
+    def read(
+        columns: list[str] | None, namespaces: list[str] | None, ids: pa.Array | None = None
+    ) -> pa.Table:
+        if namespaces is None and ids is None:
             return warehouse.read_shard("embeddings", as_of, shard, shards, columns)
-        return warehouse.read_table("embeddings", as_of, columns, namespaces=namespaces)
+        return warehouse.read_table("embeddings", as_of, columns, namespaces=namespaces, ids=ids)
 
     schema = warehouse.schema("embeddings", as_of)
     if DIGEST in schema.names:
@@ -135,8 +143,11 @@ def stored_vectors(warehouse: Warehouse, as_of: dt.date, shard: int = 0, shards:
     else:
         digests = with_digests(read(None, None)).select(DIGEST_COLUMNS)
 
-    def load(namespaces: list[str] | None) -> pa.Table:
-        # None of them: no read (a filtered read still decodes every row's vector).
-        return schema.empty_table() if namespaces == [] else read(None, namespaces)
+    def load(namespaces: list[str] | None, ids: pa.Array | None = None) -> pa.Table:
+        if namespaces == []:  # none of them: no read (a filtered read still decodes every row's vector)
+            return schema.empty_table()
+        if namespaces is None and ids is not None and shards > 1:
+            namespaces = pc.unique(digests["namespace"]).to_pylist()  # the shard's
+        return read(None, namespaces, ids)
 
     return VectorSource(digests, load)

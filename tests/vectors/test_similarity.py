@@ -244,10 +244,10 @@ def _source(groups: dict[str, np.ndarray], loads: list[list[str] | None] | None 
     """A source over the groups' vectors that records which namespaces were loaded."""
     whole = VectorSource.of(_vector_table(groups))
 
-    def load(namespaces: list[str] | None) -> pa.Table:
+    def load(namespaces: list[str] | None, ids: pa.Array | None = None) -> pa.Table:
         if loads is not None:
             loads.append(namespaces)
-        return whole.load(namespaces)
+        return whole.load(namespaces, ids)
 
     return VectorSource(whole.digests, load)
 

@@ -58,8 +58,15 @@ def _expected(base: pa.Table, delta: pa.Table) -> pa.Table:
     return rows.take(pc.sort_indices(rows["id"]))
 
 
-def _read(wh: Warehouse, day: dt.date, namespaces: list[str] | None = None) -> pa.Table:
-    return wh.read_table("embeddings", day, ["id", "namespace", "vector"], namespaces=namespaces, keep=False)
+def _read(
+    wh: Warehouse,
+    day: dt.date,
+    namespaces: list[str] | None = None,
+    ids: pa.Array | None = None,
+    keep: bool = False,
+) -> pa.Table:
+    columns = ["id", "namespace", "vector"]
+    return wh.read_table("embeddings", day, columns, namespaces=namespaces, ids=ids, keep=keep)
 
 
 def test_a_layered_base_gets_a_raw_copy_read_as_its_parquet_file_reads(tmp_path: Path) -> None:
@@ -139,3 +146,21 @@ def test_a_column_with_a_null_vector_gets_no_raw_copy(tmp_path: Path) -> None:
     read = _read(wh, day)
     assert read.equals(_expected(base, delta))
     assert read["vector"].null_count == 1
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_read_of_some_ids_is_the_whole_read_filtered(tmp_path: Path, keep: bool) -> None:
+    wh = Warehouse(tmp_path)
+    _layered(wh)
+    ids = pa.array(["m000003", "m000007", f"m{ROWS // 2 + 1:06d}", f"m{ROWS - 1:06d}", "m999999", "absent"])
+    for day in (DAY, DAY + dt.timedelta(days=1)):  # a plain partition, a layered one
+        whole = _read(wh, day)
+        for namespaces in (None, ["ns-b"]):
+            chosen = whole.filter(pc.is_in(whole["id"], value_set=ids))
+            if namespaces is not None:
+                chosen = chosen.filter(pc.is_in(chosen["namespace"], value_set=pa.array(namespaces)))
+            assert _read(wh, day, namespaces, ids, keep=keep).equals(chosen)
+            plain = wh.read_table(
+                "embeddings", day, ["id", "namespace"], namespaces=namespaces, ids=ids, keep=keep
+            )
+            assert plain.equals(chosen.select(["id", "namespace"]))

@@ -71,3 +71,6 @@ def test_a_stored_partition_gives_digests_and_the_chosen_namespaces_vectors(tmp_
         assert set(chosen["namespace"].to_pylist()) == {"b"} and chosen.num_rows == 5
         assert chosen["vector"].equals(table.filter(pa.compute.equal(table["namespace"], "b"))["vector"])
         assert source.load([]).num_rows == 0 and source.load(None).num_rows == 15
+        some = pa.array([table["id"][1].as_py(), table["id"][7].as_py(), "absent"])
+        assert source.load(None, some)["id"].to_pylist() == some.to_pylist()[:2]
+        assert source.load(["b"], some).num_rows == int(table["namespace"][7].as_py() == "b")

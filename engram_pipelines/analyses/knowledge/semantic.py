@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,7 +233,7 @@ def semantic_extraction(
     memories: pa.Table,
     links: pa.Table,
     pairs: pa.Table,
-    vectors: pa.Table,
+    vectors: pa.Table | Callable[[pa.Array], pa.Table],
     config: Config,
     at: dt.datetime,
     *,
@@ -242,16 +242,29 @@ def semantic_extraction(
 ) -> AnalysisResult:
     """Create, reinforce and maintain semantic nodes; its table has SEMANTIC_SCHEMA.
 
-    `memories` may carry tonight's projected transitions; `fading` names the rows that were active when the
-    night started and that tonight's retention archives: they still seed (a node keeps what fades).
-    `cache_root` (the warehouse): texts are parsed once per distinct content across nights (`texts`).
+    `vectors`: the partition's vectors, or a function that reads those of the ids it is given: only the rows
+    the run looks up are read (nodes, their sources, the rows that may cluster; then the rows compression may
+    mark), about a quarter of them at 1M memories. `memories` may carry tonight's projected transitions;
+    `fading` names the rows that were active when the night started and that tonight's retention archives:
+    they still seed (a node keeps what fades). `cache_root` (the warehouse): texts are parsed once per distinct
+    content across nights (`texts`).
     """
     cfg = config.semantic
     facts = memory_facts(memories)
-    run = _start_run(facts, memories, links, vectors, cfg, at)
+    states = _node_states(facts)
+    partners = contradiction_partners(memories, links)
     episodic = facts.filter(pc.equal(facts["kind"], "episodic"))
     close = pairs.filter(pc.greater_equal(pairs["score"], cfg.cluster_similarity_threshold))
-    candidates = _seeds(episodic, close, fading, run.partners, cache_root)
+    candidates = _seeds(episodic, close, fading, partners, cache_root)
+    looked_up = {i for row, state in states for i in (row["id"], state.representative, *state.sources)}
+    if isinstance(vectors, pa.Table):
+        index, load = VectorIndex(vectors), None
+    else:
+        index = VectorIndex(
+            vectors(pa.array(sorted(looked_up | set(candidates["id"].to_pylist())), pa.string()))
+        )
+        load = vectors
+    run = _start_run(facts, states, partners, index, cfg, at)
     clusters = coherent_clusters(
         _repeating(close, candidates), candidates, cfg.cluster_similarity_threshold, prefix="sem"
     )
@@ -261,7 +274,7 @@ def semantic_extraction(
     _drop_existing_ids(run, facts)
     for node_id in sorted(run.nodes):
         _maintain(run.nodes[node_id], run)
-    _mark_compressed(run, episodic.filter(episodic["live"]))
+    _mark_compressed(run, episodic.filter(episodic["live"]), load)
     works = [run.nodes[n] for n in sorted(run.nodes)]
     return AnalysisResult(table=_result_table(works, run.rejects, cfg), intents=_intents(works, run))
 
@@ -312,22 +325,24 @@ def _repeating(close: pa.Table, candidates: pa.Table) -> pa.Table:
     return same_fact_pairs(among, ids.to_pylist(), features.rename_columns(SAME_FACT_SCHEMA.names))
 
 
+def _node_states(facts: pa.Table) -> list[tuple[dict[str, Any], NodeState]]:
+    """(row, state) of every row whose `metadata.semantic` this module wrote."""
+    node_rows = facts.filter(pc.and_(pc.equal(facts["kind"], "semantic"), pc.is_valid(facts["semantic"])))
+    parsed = ((row, _parse_state(row["semantic"])) for row in node_rows.to_pylist())
+    return [(row, state) for row, state in parsed if state is not None]
+
+
 def _start_run(
     facts: pa.Table,
-    memories: pa.Table,
-    links: pa.Table,
-    vectors: pa.Table,
+    states: list[tuple[dict[str, Any], NodeState]],
+    partners: dict[str, set[str]],
+    index: VectorIndex,
     cfg: SemanticConfig,
     at: dt.datetime,
 ) -> _Run:
-    index = VectorIndex(vectors)
-    node_rows = facts.filter(pc.and_(pc.equal(facts["kind"], "semantic"), pc.is_valid(facts["semantic"])))
     nodes: dict[str, _NodeWork] = {}
     claimed: set[str] = set()
-    for row in node_rows.to_pylist():
-        state = _parse_state(row["semantic"])
-        if state is None:
-            continue
+    for row, state in states:
         # A hidden node (archived by retention, superseded) is not maintained, but its sources stay claimed:
         # otherwise they would derive the same node id again every night.
         claimed.update(state.sources)
@@ -337,7 +352,6 @@ def _start_run(
             (m for m in (index.model_of(s) for s in state.sources) if m), index.model_of(row["id"])
         )
         nodes[row["id"]] = _NodeWork(row["id"], row["namespace"], state.copy(), state, model)
-    partners = contradiction_partners(memories, links)
     # The rows the run looks up by id (node sources, nodes, contradiction partners; cluster members are added
     # once the clusters are known) as python dicts; the corpus-sized table stays in Arrow.
     return _Run(
@@ -554,27 +568,34 @@ def _insert_row(work: _NodeWork, run: _Run) -> dict[str, Any]:
     }
 
 
-def _mark_compressed(run: _Run, candidates: pa.Table) -> None:
-    """Episodic rows at >= compression_threshold to an assessed or baseline node: marked for the closest."""
+def _mark_compressed(run: _Run, candidates: pa.Table, load: Callable[[pa.Array], pa.Table] | None) -> None:
+    """Episodic rows at >= compression_threshold to an assessed or baseline node: marked for the closest.
+    With `load`, the vectors of the unmarked rows of those nodes' namespaces are read now (only those)."""
     strong = [run.nodes[n] for n in sorted(run.nodes) if run.nodes[n].state.tier in ("assessed", "baseline")]
     groups: dict[tuple[str, str], list[_NodeWork]] = {}
     for work in strong:
         if work.model is not None:
             groups.setdefault((work.namespace, work.model), []).append(work)
+    if not groups:
+        return
     unmarked = candidates.filter(pc.invert(candidates["compressed"]))
+    unmarked = unmarked.filter(
+        pc.is_in(unmarked["namespace"], pa.array(sorted({n for n, _ in groups}), pa.string()))
+    )
+    vectors = run.vectors if load is None else VectorIndex(load(unmarked["id"].combine_chunks()))
     for (namespace, model), works in sorted(groups.items()):
         # After maintenance `state.sources` holds this run's new sources too: the centroid a rerun will see.
         usable = [(w, c) for w in works if (c := run.node_centroid(w, with_new=True)) is not None]
         ids = np.asarray(
             unmarked.filter(pc.equal(unmarked["namespace"], namespace))["id"].to_pylist(), dtype=object
         )
-        rows = run.vectors.rows(ids)
+        rows = vectors.rows(ids)
         in_model = rows >= 0
-        in_model[in_model] = run.vectors.models[rows[in_model]] == model
+        in_model[in_model] = vectors.models[rows[in_model]] == model
         ids, rows = ids[in_model], rows[in_model]
         if not usable or rows.size == 0:
             continue
-        similarity = run.vectors.unit(rows) @ np.stack([c for _, c in usable]).T
+        similarity = vectors.unit(rows) @ np.stack([c for _, c in usable]).T
         best = np.argmax(similarity, axis=1)
         best_score = similarity[np.arange(rows.size), best]
         for position in np.flatnonzero(best_score >= run.cfg.compression_threshold).tolist():

@@ -215,7 +215,7 @@ def semantic_reusing(
                 others(memories),
                 others(links),
                 others(pairs),
-                vectors.load_except(same),  # only the computed namespaces' vectors are read
+                lambda ids: vectors.load_except(same, ids),  # only the computed namespaces' vectors are read
                 config,
                 at,
                 fading=fading,

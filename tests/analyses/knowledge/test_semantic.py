@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from engram_pipelines.analyses.knowledge.chitchat import carries_knowledge
@@ -24,16 +25,33 @@ from tests.support.world import DIM, World, axis, direction, episode, link, ops,
 def run(
     world: World, at: dt.datetime = AS_OF, config: Config | None = None, fading: Sequence[str] = ()
 ) -> tuple[pa.Table, pa.Table]:
-    result = semantic_extraction(
-        world.memories(),
-        world.links_table(),
-        world.pairs(),
-        world.vectors(),
-        config or Config(),
-        at,
-        fading=pa.array(list(fading), pa.string()),
-    )
-    return result.table, result.intents
+    """The analysis given every vector; every test also holds it equal to the analysis reading the vectors of
+    the ids it asks for only (as the night reads them from the warehouse)."""
+    results = [
+        semantic_extraction(
+            world.memories(),
+            world.links_table(),
+            world.pairs(),
+            vectors,
+            config or Config(),
+            at,
+            fading=pa.array(list(fading), pa.string()),
+        )
+        for vectors in (world.vectors(), _reader(world.vectors(), []))
+    ]
+    whole, asked = results
+    assert whole.table.equals(asked.table) and whole.intents.equals(asked.intents)
+    return whole.table, whole.intents
+
+
+def _reader(vectors: pa.Table, asked: list[str]) -> Callable[[pa.Array], pa.Table]:
+    """Reads the vectors of the ids it is given, and records them in `asked`."""
+
+    def read(ids: pa.Array) -> pa.Table:
+        asked.extend(ids.to_pylist())
+        return vectors.filter(pc.is_in(vectors["id"], value_set=ids))
+
+    return read
 
 
 def state(**fields: Any) -> dict[str, Any]:
@@ -402,6 +420,21 @@ def test_episodic_rows_close_to_an_assessed_node_are_marked_and_far_ones_not():
         r if r["id"] != "n1" else node_row("n1", sources=known, cycles=1, **consistent) for r in rows
     ]
     assert run(World(corroborated))[1].num_rows == 0
+
+
+def test_only_the_vectors_the_run_looks_up_are_read():
+    sources = ["s0", "s1", "s2", "s3"]
+    rows = [episode(s, direction(2.0 * i), f"c{i}") for i, s in enumerate(sources)]
+    rows.append(episode("far", direction(50.0, toward=2), "c9"))  # no pair: read only as a row to mark
+    rows.append(node_row("n1", sources=sources, tier="assessed", cycles=2, contexts=4, variability=1.0))
+    rows.append(episode("alone", direction(7.0), "c1", namespace="ns2"))  # no pair, no node in ns2
+    world = World(rows)
+    asked: list[str] = []
+    result = semantic_extraction(
+        world.memories(), world.links_table(), world.pairs(), _reader(world.vectors(), asked), Config(), AS_OF
+    )
+    assert {"n1", *sources, "far"} <= set(asked) and "alone" not in asked
+    assert result.intents.equals(run(world)[1])
 
 
 def test_pinned_and_block_rows_are_never_hidden():
