@@ -49,7 +49,12 @@ def raw_copies(base: Path) -> list[Path]:
 
 
 def write_raw(column: pa.Array | pa.ChunkedArray, base: Path, name: str) -> None:
-    """The raw copy of `base`'s column `name`, from that column as written (none when a vector is null)."""
+    """The raw copy of `base`'s column `name`, from that column as written (none when a vector is null); a
+    copy of `name` written for an earlier file of that path goes."""
+    path = raw_path(base, name)
+    for stale in raw_copies(base):
+        if stale != path and stale.name.startswith(f"{base.name}.{name}."):
+            stale.unlink()
     if column.null_count:
         return
     kind = column.type
@@ -57,7 +62,15 @@ def write_raw(column: pa.Array | pa.ChunkedArray, base: Path, name: str) -> None
     def fill(out: np.ndarray) -> None:
         out[:] = vector_matrix(column)
 
-    _saved(raw_path(base, name), _dtype(kind), (len(column), kind.list_size), fill)
+    _saved(path, _dtype(kind), (len(column), kind.list_size), fill)
+
+
+def link_raw_copies(source: Path, target: Path, link: Callable[[Path, Path], None]) -> None:
+    """Every raw copy of the file `source` as it is, linked beside `target` (a link of it)."""
+    suffix = f".{file_fingerprint(source)[:16]}.npy"
+    for copy in raw_copies(source):
+        if copy.name.endswith(suffix):
+            link(copy, target.with_name(target.name + copy.name.removeprefix(source.name)))
 
 
 def link_raw(source: Path, target: Path, name: str, link: Callable[[Path, Path], None]) -> None:

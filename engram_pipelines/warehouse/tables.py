@@ -39,7 +39,7 @@ from engram_pipelines.warehouse.layers import (
     read_layered,
 )
 from engram_pipelines.warehouse.parquet import codecs, read_parquet, write_parquet
-from engram_pipelines.warehouse.raw_vectors import link_raw
+from engram_pipelines.warehouse.raw_vectors import link_raw, link_raw_copies
 from engram_pipelines.warehouse.shards import namespaces_in_shard
 
 # Tables written per as-of partition, each a directory under the warehouse.
@@ -197,6 +197,7 @@ class Warehouse:
             return self.write_table(table, as_of, self.read_shards(table, as_of, shards))
         with self._replacing(table, as_of) as staging:
             _link(paths[0], staging / PART)
+            link_raw_copies(paths[0], staging / PART, _link)
         return self.table_path(table, as_of)
 
     def write_proposals(self, source: str, as_of: dt.date, intents: pa.Table) -> Path:

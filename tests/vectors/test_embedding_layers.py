@@ -55,6 +55,8 @@ def test_a_layered_snapshot_gets_layered_embeddings_equal_to_a_full_recompute(tm
     wh.combine_shards("embeddings", DAY, 1)
     rows = wh.read_table("embeddings", DAY, ["id"]).num_rows
     assert (rows, stats.embedded, stats.stored, stats.excluded) == (8, 4, 4, 1)
+    plain = wh.table_path("embeddings", DAY)
+    assert raw_copies(plain) == [raw_path(plain, "vector")], "written with the vectors, linked by the combine"
 
     # The next day: m1 and m4 rewritten by an agent, m3 deleted, m9 new; the snapshot layers them.
     day = DAY + dt.timedelta(days=1)
@@ -71,6 +73,7 @@ def test_a_layered_snapshot_gets_layered_embeddings_equal_to_a_full_recompute(tm
     assert wh.read_table("embeddings", day, namespaces=["ns-b"])["id"].to_pylist() == ["m5", "m6", "m7", "m9"]
     layers = wh.layers("embeddings", day)
     assert layers is not None and raw_copies(layers.base) == [raw_path(layers.base, "vector")]
+    assert raw_path(layers.base, "vector").stat().st_ino == raw_path(plain, "vector").stat().st_ino, "linked"
 
     # Without the base's vectors (the day it was read is gone) they are found once, from the base file.
     wh2 = Warehouse(tmp_path / "other")
@@ -108,3 +111,18 @@ def test_vectors_of_another_file_or_embedder_are_never_reused(tmp_path: Path) ->
     assert vectors_of(wh, DAY, other, HashEmbedder()) is None
     later = DAY + dt.timedelta(days=40)
     assert vectors_of(wh, later, memories_file, HashEmbedder()) is None, "older than the look-back"
+
+
+def test_a_step_run_again_leaves_one_raw_copy_of_its_part(tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path)
+    wh.write_table("memories", DAY, _memories({f"m{i}": f"memory {i}" for i in range(4)}, stored=set()))
+    shard = wh.shard_path("embeddings", DAY, 0, 1)
+    shard.parent.mkdir(parents=True)
+    stale = shard.with_name(f"{shard.name}.vector.{'0' * 16}.npy")  # of an earlier file at that path
+    np.save(stale, np.zeros((4, 16), dtype=np.float32))
+    write_embeddings(wh, DAY, HashEmbedder())
+    assert raw_copies(shard) == [raw_path(shard, "vector")]
+    np.save(stale, np.zeros((4, 16), dtype=np.float32))  # one the combine step must not take
+    wh.combine_shards("embeddings", DAY, 1)
+    part = wh.table_path("embeddings", DAY)
+    assert raw_copies(part) == [raw_path(part, "vector")], "only the copy of the part as it is is linked"
