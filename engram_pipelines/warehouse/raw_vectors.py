@@ -5,8 +5,9 @@ layered partition holds nearly all of them. Decoding 1M x 384 floats from Parque
 on this 2-core machine (8.9 s inside the semantic step of a night at 1M memories); reading the same values from
 a NumPy file in batches took 0.7-2.0 s (5.1 s in the step, most of it filling a fresh 1.5 GB array). So beside
 a base file the warehouse keeps each of its float vector columns as `<file>.<column>.<fingerprint>.npy` (rows x
-dim, in the file's row order). Vectors barely compress, so it costs the column's size again, once per base:
-every layered partition over it links it with the base.
+dim, in the file's row order), written with the vectors of a plain embeddings partition (the next night's
+layers take its file as their base). Vectors barely compress, so it costs the column's size again, once per
+base: every layered partition over it links it with the base.
 
 The name carries the base file's fingerprint (its size and Parquet footer, which records every column chunk's
 offsets, sizes and statistics), so a copy is only ever read with the file it was written from; one missing,
