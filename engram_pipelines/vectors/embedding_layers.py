@@ -106,9 +106,7 @@ def write_embeddings(
     )
     dropped = pq.read_table(layers.dropped)["id"].combine_chunks()
     warehouse.write_layers("embeddings", as_of, base, delta, dropped, raw_vectors=("vector",))
-    for path in (
-        shard,
-        *raw_copies(shard),
-    ):  # the partition is complete: nothing for the combine step to link
+    # The partition is complete: nothing for the combine step to link.
+    for path in (shard, *raw_copies(shard)):
         path.unlink(missing_ok=True)
     return stats.plus(delta_stats)
