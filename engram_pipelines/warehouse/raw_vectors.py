@@ -59,7 +59,6 @@ def write_raw(column: pa.Array | pa.ChunkedArray, base: Path, name: str) -> None
     if column.null_count:
         return
     kind = column.type
-
     _saved(path, _dtype(kind), (len(column), kind.list_size), [vector_matrix(column)])
 
 
@@ -72,11 +71,10 @@ def link_raw_copies(source: Path, target: Path, link: Callable[[Path, Path], Non
 
 
 def link_raw(source: Path, target: Path, name: str, link: Callable[[Path, Path], None]) -> None:
-    """`target` (a link of the file `source`) gets `source`'s raw copy of `name`, linked, or one written from
-    the file beside `target` when `source` has none (the next partition over the base links that one)."""
-    kept = raw_path(source, name)
-    if kept.exists():
-        link(kept, raw_path(target, name))
+    """`target` (a link of the file `source`) gets `source`'s raw copies, linked, and one of `name` written from
+    the file beside it when `source` has none (the next partition over the base links that one)."""
+    link_raw_copies(source, target, link)
+    if raw_path(target, name).exists():
         return
     file = pq.ParquetFile(target, pre_buffer=False, buffer_size=1 << 20)
     kind = file.schema_arrow.field(name).type

@@ -256,14 +256,12 @@ def semantic_extraction(
     episodic = facts.filter(pc.equal(facts["kind"], "episodic"))
     close = pairs.filter(pc.greater_equal(pairs["score"], cfg.cluster_similarity_threshold))
     candidates = _seeds(episodic, close, fading, partners, cache_root)
-    looked_up = {i for row, state in states for i in (row["id"], state.representative, *state.sources)}
     if isinstance(vectors, pa.Table):
         index, load = VectorIndex(vectors), None
     else:
-        index = VectorIndex(
-            vectors(pa.array(sorted(looked_up | set(candidates["id"].to_pylist())), pa.string()))
-        )
-        load = vectors
+        looked_up = {i for row, state in states for i in (row["id"], state.representative, *state.sources)}
+        looked_up.update(candidates["id"].to_pylist())
+        index, load = VectorIndex(vectors(pa.array(sorted(looked_up), pa.string()))), vectors
     run = _start_run(facts, states, partners, index, cfg, at)
     clusters = coherent_clusters(
         _repeating(close, candidates), candidates, cfg.cluster_similarity_threshold, prefix="sem"
