@@ -96,7 +96,7 @@ def backfill(
         day_pairs = pairs_as_of(pairs, state)
         decay = decay_for_day(state, config, at)
         promoted = promotions_for_day(state, decay.table, day_links, config)
-        moves = retention_for_day(state, decay.table, promoted.table, config, at)
+        moves, _ = retention_for_day(state, decay.table, promoted.table, config, at)
         contradicting = contradictions_for_day(state, day_pairs, config)
         dup, merge = merges_for_day(
             day_pairs,

@@ -25,6 +25,7 @@ from engram_pipelines.analyses.knowledge.semantic_reuse import in_namespace_orde
 from engram_pipelines.analyses.lifecycle.decay import CueCache, decay_intents, decay_scores
 from engram_pipelines.analyses.lifecycle.promotion import promotion_intents, promotions
 from engram_pipelines.analyses.lifecycle.retention import leaving_active, retention_intents, retention_moves
+from engram_pipelines.analyses.lifecycle.retention_due import retention_reusing
 from engram_pipelines.analyses.merges.collapse import MergeResult, collapse_duplicates, consolidate
 from engram_pipelines.analyses.projection import project_auto_transitions
 from engram_pipelines.analyses.result import AnalysisResult
@@ -51,11 +52,25 @@ def promotions_for_day(
 
 
 def retention_for_day(
-    memories: pa.Table, scores: pa.Table, promoted: pa.Table, config: Config, at: dt.datetime
-) -> AnalysisResult:
-    """`scores`, `promoted`: the same day's decay and promotions tables (a row promoted tonight stays)."""
-    moves = retention_moves(memories, scores, config, at, promoted=promoted["id"].combine_chunks())
-    return AnalysisResult(table=moves, intents=retention_intents(moves))
+    memories: pa.Table,
+    scores: pa.Table,
+    promoted: pa.Table,
+    config: Config,
+    at: dt.datetime,
+    *,
+    cache_root: Path | None = None,
+) -> tuple[AnalysisResult, int]:
+    """The day's retention and how many rows it judged. `scores`, `promoted`: the same day's decay and promotions
+    tables (a row promoted tonight stays). With `cache_root` (the warehouse) and `execution.reuse`, only the rows
+    that can move tonight are judged (`analyses/lifecycle/retention_due.py`)."""
+    ids = promoted["id"].combine_chunks()
+    if cache_root is None or not config.execution.reuse:
+        moves = retention_moves(memories, scores, config, at, promoted=ids)
+        judged = memories.num_rows
+    else:
+        due = retention_reusing(memories, scores, config, at, ids, cache_root=cache_root)
+        moves, judged = due.moves, due.judged
+    return AnalysisResult(table=moves, intents=retention_intents(moves)), judged
 
 
 def contradictions_for_day(

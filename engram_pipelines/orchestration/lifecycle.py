@@ -5,7 +5,7 @@ import pyarrow.compute as pc
 
 from engram_pipelines.analyses.lifecycle.decay import DECAY_SCHEMA, CueCache
 from engram_pipelines.analyses.lifecycle.promotion import PROMOTION_SCHEMA
-from engram_pipelines.analyses.lifecycle.retention import RETENTION_SCHEMA
+from engram_pipelines.analyses.lifecycle.retention import RETENTION_SCHEMA, RULE_COLUMNS
 from engram_pipelines.core.registry import inputs_of
 from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.night.wiring import decay_for_day, promotions_for_day, retention_for_day
@@ -68,6 +68,8 @@ _DECAY_LINEAGE: Lineage = {
     "stale_after": {"memory_snapshot": _SCORE_INPUTS},
     "outcome": {"memory_snapshot": [*_SCORE_INPUTS, "stale"]},
     "review_interval_days": {"memory_snapshot": _SCORE_INPUTS},
+    # The policy's rate: per namespace and kind; a pinned engram row does not decay.
+    "decline_rate": {"memory_snapshot": ["namespace", "kind", "pinned"]},
 }
 
 
@@ -196,6 +198,9 @@ _RULE_INPUTS = [
     "metadata",  # a promotion's time restarts the clock
 ]
 
+# What retention reads: its rules' columns, and the content (a score input) for the due dates' keys.
+_RETENTION_COLUMNS = [*RULE_COLUMNS, "content"]
+
 _RETENTION_LINEAGE: Lineage = {
     "id": {"memory_snapshot": ["id"]},
     "namespace": {"memory_snapshot": ["namespace"]},
@@ -225,7 +230,8 @@ _RETENTION_LINEAGE: Lineage = {
         "restore` brings a row back). Importance >= retention.protect_importance ({config.retention.protect_importance}) is never archived by age "
         "or score alone; a row promoted tonight is not archived tonight and its age restarts at the promotion. "
         "Pinned rows, blocks and superseded rows are exempt; archived rows accessed since come back. "
-        "Per-namespace policies."
+        "Per-namespace policies. Judges only the rows whose next due date has come or that changed since they "
+        "were dated (execution.reuse; metadata rows_judged)."
     ),
 )
 def retention(
@@ -234,14 +240,18 @@ def retention(
     config = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
-    retained = retention_for_day(
-        wh.read_table("memories", as_of, columns=_LIFECYCLE_COLUMNS),
-        wh.read_table("decay_scores", as_of),
+    memories = wh.read_table("memories", as_of, columns=_RETENTION_COLUMNS)
+    # Only the rows that can move tonight are judged; the others' due dates are kept in <warehouse>/retention_due/.
+    retained, judged = retention_for_day(
+        memories,
+        wh.read_table("decay_scores", as_of, columns=["id", "score", "decline_rate"]),
         wh.read_table("promotions", as_of, columns=["id"]),
         config,
         end_of_day(as_of),
+        cache_root=wh.root,
     )
     moves, intents = retained.table, retained.intents
+    context.log.info(f"retention: judged {judged} of {memories.num_rows} rows, {moves.num_rows} moves")
     wh.write_table("retention", as_of, moves)
     wh.write_proposals("retention", as_of, intents)
     return dg.MaterializeResult(
@@ -251,6 +261,7 @@ def retention(
             "by_target_zone": dg.MetadataValue.json(value_counts(moves, "to_zone")),
             "by_rule": dg.MetadataValue.json(value_counts(moves, "rule")),
             "transitions": intents.num_rows,
+            "rows_judged": judged,
             "sample": sample_markdown(moves, ["id", "namespace", "from_zone", "to_zone", "reason"]),
         }
     )

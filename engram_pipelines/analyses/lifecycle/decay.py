@@ -50,6 +50,10 @@ DECAY_SCHEMA = pa.schema(
             "outcome", _CODED, nullable=False
         ),  # ok | stale | recovered | became_stale | pinned | exempt
         pa.field("review_interval_days", pa.float64()),
+        # Per day, an upper bound on how fast the score falls while the row's inputs stay: score(t + d) >=
+        # score(t) * exp(-decline_rate * d) for every d >= 0 (0: it does not fall; NULL for blocks). Retention
+        # dates the next crossing of its score threshold from it (`retention_due.py`).
+        pa.field("decline_rate", pa.float64()),
         pa.field("reasons", pa.dictionary(pa.int32(), pa.string()), nullable=False),
     ]
 )
@@ -175,6 +179,18 @@ def _uses_engram(cfg: DecayConfig) -> bool:
     return "engram" in {cfg.policy, *cfg.kind_policy.values()}
 
 
+def _decline_rate_sql(cfg: DecayConfig) -> str:
+    """SQL: the decline rate of a scored row (DECAY_SCHEMA). Each policy is its decay factor exp(-rate * age)
+    times terms that do not depend on time, then clamped to [0, 1] or raised to a floor; a clamp or a floor only
+    slows the fall, so the factor's rate bounds it: an engram score's from the half-life (a pinned row's does not
+    decay), a halflife score's from its hours, an ebbinghaus score's lambda (per kind)."""
+    engram, halflife = _POLICIES.index("engram"), _POLICIES.index("halflife")
+    return f"""CASE WHEN kind = 'block' THEN NULL
+        WHEN policy_code = {engram} THEN CASE WHEN pinned THEN 0.0 ELSE {_f(math.log(2) / cfg.engram.half_life_days)} END
+        WHEN policy_code = {halflife} THEN {_f(math.log(2) * 24.0 / cfg.halflife.half_life_hours)}
+        ELSE lam END"""
+
+
 def _group_sql(cfg: Config, source: str, as_of: dt.datetime, *, content_cue_column: bool = False) -> str:
     d = cfg.decay
     policy, score = _policy_case(d)
@@ -219,7 +235,8 @@ def _group_sql(cfg: Config, source: str, as_of: dt.datetime, *, content_cue_colu
         (CASE WHEN kind = 'block' THEN 0 ELSE policy_code END)::UTINYINT AS policy_code,
         age_days, final_score AS score, stale_after, outcome_code::UTINYINT AS outcome_code,
         CASE WHEN lam > 0 AND final_score > {review} THEN -ln({review} / final_score) / lam END
-            AS review_interval_days
+            AS review_interval_days,
+        {_decline_rate_sql(d)} AS decline_rate
     FROM judged
     """
 
@@ -294,6 +311,7 @@ def _assemble(rows: pa.Table, found: pa.Table, cfg: Config) -> pa.Table:
             "stale_after": found["stale_after"],
             "outcome": _coded(found["outcome_code"], pa.array(_OUTCOMES)),
             "review_interval_days": found["review_interval_days"],
+            "decline_rate": found["decline_rate"],
             "reasons": reasons,
         }
     ).cast(DECAY_SCHEMA)

@@ -14,6 +14,9 @@
 - Archived rows accessed since they were archived come back to Active (an access is a signal).
 - Pinned and `block` rows are exempt from every step; a pinned row found outside Active is brought back.
 - Superseded rows are left where they are: a merge is reversible because its losers are never deleted.
+
+Every leg is monotone in time while a row's inputs stay, so each judged row also gets its next due date
+(`_due_sql`); a night can judge only the rows due or changed since (`retention_due.py`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ RETENTION_SCHEMA = pa.schema(
 )
 
 
-def _group_sql(config: Config, group: str, as_of: dt.datetime) -> str:
+def _legs_sql(config: Config, group: str, as_of: dt.datetime, only: str | None) -> str:
+    """The rows of `group`'s namespaces retention judges (of `only`'s ids, where given) with every leg's inputs
+    and outcome: a WITH clause for the moves and the due dates to select from."""
     r = config.retention
     now = f"TIMESTAMPTZ '{as_of.isoformat()}'"
     # A promotion restarts the row's clock: the age the archive legs read runs from the latest of its creation
@@ -48,17 +53,18 @@ def _group_sql(config: Config, group: str, as_of: dt.datetime) -> str:
     clock = """greatest(m.created_at,
         coalesce(try_cast(json_extract_string(m.metadata, '$.promotion.at') AS TIMESTAMPTZ), m.created_at),
         coalesce(try_cast(json_extract_string(m.metadata, '$.kindPromotion.at') AS TIMESTAMPTZ), m.created_at))"""
-    in_zone = f"epoch({now} - coalesce(zone_since, updated_at)) / 86400.0"
     deprecated = r.deprecated_tag.replace("'", "''")
+    judged = f"SEMI JOIN {only} o ON o.id = m.id" if only else ""
     return f"""
     WITH m AS (
-        SELECT m.*, s.score AS decay_score, epoch({now} - {clock}) / 86400.0 AS age,
+        SELECT m.*, s.score AS decay_score, s.decline_rate, epoch({now} - {clock}) / 86400.0 AS age,
+            epoch({clock}) AS clock_s, epoch(coalesce(zone_since, updated_at)) AS since_s,
             list_contains(from_json(m.tags, '["VARCHAR"]'), '{deprecated}') AS deprecated,
             -- A writer's high importance is never overruled by age or score alone (the deprecated tag still is).
             m.importance < {r.protect_importance} AS unprotected,
             p.id IS NOT NULL AS promoted,
             h.id IS NOT NULL AS holds_merged
-        FROM memories m SEMI JOIN {group} g ON g.namespace = m.namespace
+        FROM memories m SEMI JOIN {group} g ON g.namespace = m.namespace {judged}
         LEFT JOIN scores s USING (id)
         LEFT JOIN promoted p USING (id)
         -- A canonical that rows were merged into holds their facts too: archived for its age or score, the
@@ -78,6 +84,15 @@ def _group_sql(config: Config, group: str, as_of: dt.datetime) -> str:
             zone = 'active' AND NOT promoted AS may_archive
         FROM m
     )
+    """
+
+
+def _moves_sql(config: Config, group: str, as_of: dt.datetime, only: str | None) -> str:
+    r = config.retention
+    now = f"TIMESTAMPTZ '{as_of.isoformat()}'"
+    in_zone = f"epoch({now} - coalesce(zone_since, updated_at)) / 86400.0"
+    deprecated = r.deprecated_tag.replace("'", "''")
+    return f"""{_legs_sql(config, group, as_of, only)}
     SELECT id, namespace, zone AS from_zone,
         CASE
             WHEN pinned AND zone <> 'active' THEN 'active'
@@ -124,6 +139,106 @@ def leaving_active(moves: pa.Table) -> frozenset[str]:
     return frozenset(moves.filter(leaving)["id"].to_pylist())
 
 
+# What retention reads of a snapshot row (the due dates' keys hash these, `retention_due.py`).
+RULE_COLUMNS = [
+    "id",
+    "namespace",
+    "kind",
+    "zone",
+    "zone_since",
+    "updated_at",
+    "created_at",
+    "last_accessed_at",
+    "access_count",
+    "pinned",
+    "tags",
+    "superseded_by",
+    "importance",
+    "metadata",
+]
+
+DUE_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("due_s", pa.float64())])
+
+# Due dates are set this much early: a row judged a little before it can move costs a few rows' work, one judged
+# after it moved (float rounding in the score's logarithm, the legs' strict comparisons) would miss a move.
+_DUE_MARGIN_S = 3600.0
+
+
+def _due_sql(config: Config, group: str, as_of: dt.datetime, only: str | None) -> str:
+    """The earliest instant (epoch seconds) each judged row can move while its inputs stay, NULL for never: the
+    legs are monotone in time (ages and times in a zone only grow, a score only falls while its inputs stay, see
+    DECAY_SCHEMA's decline_rate), so each is dated from its own threshold. A row that moves tonight (or is held
+    back only by tonight's promotion) is due now."""
+    r = config.retention
+    now = float(as_of.timestamp())
+    day = 86400.0
+    threshold = r.archive_score_threshold
+    # The score leg's crossing: now if the score is already below, else no sooner than the bound of its fall.
+    crossing = (
+        f"""CASE WHEN decay_score IS NULL THEN NULL WHEN decay_score < {threshold!r} THEN {now!r}
+            WHEN decline_rate > 0 THEN {now!r} + ln(decay_score / {threshold!r}) / decline_rate * {day!r} END"""
+        if threshold > 0
+        else "NULL"
+    )
+    return f"""{_legs_sql(config, group, as_of, only)}
+    SELECT id, CASE
+            WHEN pinned THEN CASE WHEN zone <> 'active' THEN {now!r} END
+            WHEN zone = 'archived' THEN CASE WHEN last_accessed_at > zone_since THEN {now!r}
+                ELSE since_s + {r.archive_grace_days * day!r} END
+            WHEN zone = 'purge_queue' THEN since_s + {r.purge_grace_days * day!r}
+            WHEN zone = 'active' THEN least(
+                CASE WHEN deprecated THEN {now!r} END,
+                CASE WHEN unprotected AND NOT holds_merged
+                    THEN CASE WHEN ({crossing}) IS NOT NULL
+                        THEN greatest(clock_s + {r.archive_older_than_days * day!r}, {crossing}) END END,
+                CASE WHEN unprotected AND NOT holds_merged AND access_count = 0
+                    AND importance < {r.archive_max_importance} THEN clock_s + {r.archive_age_days * day!r} END)
+            END - {_DUE_MARGIN_S!r} AS due_s
+    FROM legs
+    """
+
+
+def judge_retention(
+    memories: pa.Table,
+    scores: pa.Table,
+    config: Config,
+    as_of: dt.datetime,
+    promoted: pa.Array | None = None,
+    *,
+    only: pa.Array | None = None,
+    with_due: bool = False,
+) -> tuple[pa.Table, pa.Table | None]:
+    """The zone transitions due as of `as_of` among the rows of `only` (every row where None), and with
+    `with_due` the due date of each judged row retention could ever move (DUE_SCHEMA, by id; one absent can
+    never move while its inputs stay). `scores`: the same instant's decay table."""
+    with duck() as con:
+        con.register("memories", memories.select(RULE_COLUMNS))
+        con.register("scores", scores.select(["id", "score", "decline_rate"]))
+        con.register(
+            "promoted", pa.table({"id": promoted if promoted is not None else pa.array([], pa.string())})
+        )
+        subset = None
+        if only is not None:
+            con.register("judged_ids", pa.table({"id": only}))
+            subset = "judged_ids"
+        namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories").fetchall()]
+        moves, due = [], []
+        for index, (effective, group) in enumerate(config.namespace_groups(namespaces, "retention")):
+            con.register(f"group_{index}", pa.table({"namespace": group}))
+            moves.append(con.sql(_moves_sql(effective, f"group_{index}", as_of, subset)).to_arrow_table())
+            if with_due:
+                due.append(con.sql(_due_sql(effective, f"group_{index}", as_of, subset)).to_arrow_table())
+        table = (
+            pa.concat_tables([p.cast(RETENTION_SCHEMA) for p in moves]).sort_by("id")
+            if moves
+            else RETENTION_SCHEMA.empty_table()
+        )
+        if not with_due:
+            return table, None
+        dated = pa.concat_tables([d.cast(DUE_SCHEMA) for d in due]) if due else DUE_SCHEMA.empty_table()
+        return table, dated.filter(pc.is_valid(dated["due_s"]))
+
+
 def retention_moves(
     memories: pa.Table,
     scores: pa.Table,
@@ -133,40 +248,7 @@ def retention_moves(
 ) -> pa.Table:
     """Every zone transition due as of `as_of`, with its rule and reason; `promoted`: the ids tonight's
     promotions move (never archived in the same night)."""
-    with duck() as con:
-        con.register(
-            "memories",
-            memories.select(
-                [
-                    "id",
-                    "namespace",
-                    "kind",
-                    "zone",
-                    "zone_since",
-                    "updated_at",
-                    "created_at",
-                    "last_accessed_at",
-                    "access_count",
-                    "pinned",
-                    "tags",
-                    "superseded_by",
-                    "importance",
-                    "metadata",
-                ]
-            ),
-        )
-        con.register("scores", scores.select(["id", "score"]))
-        con.register(
-            "promoted", pa.table({"id": promoted if promoted is not None else pa.array([], pa.string())})
-        )
-        namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories").fetchall()]
-        parts = []
-        for index, (effective, group) in enumerate(config.namespace_groups(namespaces, "retention")):
-            con.register(f"group_{index}", pa.table({"namespace": group}))
-            parts.append(con.sql(_group_sql(effective, f"group_{index}", as_of)).to_arrow_table())
-        if not parts:
-            return RETENTION_SCHEMA.empty_table()
-        return pa.concat_tables([p.cast(RETENTION_SCHEMA) for p in parts]).sort_by("id")
+    return judge_retention(memories, scores, config, as_of, promoted)[0]
 
 
 def retention_intents(moves: pa.Table) -> pa.Table:
