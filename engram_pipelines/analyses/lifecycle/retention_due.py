@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from engram_pipelines.analyses.lifecycle.retention import RULE_COLUMNS, judge_retention
 from engram_pipelines.config.model import Config
@@ -83,50 +82,34 @@ def retention_reusing(
     directory = cache_root / "retention_due"
     version = f"{DUE_VERSION}|{config.fingerprint()}"
     now = float(as_of.timestamp())
-    keys = row_keys(memories)
     kept = read_kept(directory, ["due", "night"], version)
     usable = kept is not None and kept[1].num_rows == 1 and kept[1]["as_of_s"][0].as_py() <= now
-    if kept is None or not usable:
-        moves, due = judge_retention(memories, scores, config, as_of, promoted, with_due=True)
-        assert due is not None
-        _write(directory, version, now, _keyed(keys, due))
-        return DueRetention(moves=moves, judged=memories.num_rows)
     with duck() as con:
-        con.register("keys", keys)
-        con.register("kept", kept[0])
+        con.register("keys", row_keys(memories))
+        con.register("kept", kept[0] if kept is not None and usable else KEYED_SCHEMA.empty_table())
         # Due, new, or changed since dated; a row kept without a date (it could not move) and unchanged is not.
-        judged = (
-            con.sql(
-                f"""
-                SELECT k.id FROM keys k LEFT JOIN kept d USING (id)
-                WHERE d.id IS NULL OR d.key <> k.key OR d.due_s <= {now!r}
-                """
-            )
-            .to_arrow_table()["id"]
-            .combine_chunks()
+        con.execute(
+            f"""
+            CREATE TEMP TABLE plan AS
+            SELECT k.id, k.key, d.due_s AS kept_due, (d.id IS NULL OR d.key <> k.key OR d.due_s <= {now!r}) AS judge
+            FROM keys k LEFT JOIN kept d USING (id)
+            """
         )
-        carried = con.sql(
-            "SELECT d.* FROM kept d SEMI JOIN keys k ON k.id = d.id AND k.key = d.key"
-        ).to_arrow_table()
-    moves, due = judge_retention(memories, scores, config, as_of, promoted, only=judged, with_due=True)
-    assert due is not None
-    judged_keys = keys.filter(pc.is_in(keys["id"], value_set=judged))
-    fresh = _keyed(judged_keys, due)
-    carried = carried.filter(pc.invert(pc.is_in(carried["id"], value_set=judged)))
-    _write(directory, version, now, pa.concat_tables([carried.cast(KEYED_SCHEMA), fresh]))
-    return DueRetention(moves=moves, judged=len(judged))
-
-
-def _keyed(keys: pa.Table, due: pa.Table) -> pa.Table:
-    """Every row of `keys` with its due date (NULL: it cannot move while its inputs stay)."""
-    with duck() as con:
-        con.register("keys", keys)
+        judged = con.sql("SELECT id FROM plan WHERE judge").to_arrow_table()["id"].combine_chunks()
+        # Where most rows are judged anyway, every row is: a pass over all of them costs less than picking them.
+        every = len(judged) > memories.num_rows // 2
+        moves, due = judge_retention(
+            memories, scores, config, as_of, promoted, only=None if every else judged, with_due=True
+        )
         con.register("due", due)
-        return (
-            con.sql("SELECT k.id, k.key, d.due_s FROM keys k LEFT JOIN due d USING (id)")
-            .to_arrow_table()
-            .cast(KEYED_SCHEMA)
-        )
+        keyed = con.sql(
+            f"""
+            SELECT p.id, p.key, CASE WHEN p.judge OR {every} THEN n.due_s ELSE p.kept_due END AS due_s
+            FROM plan p LEFT JOIN due n USING (id)
+            """
+        ).to_arrow_table()
+    _write(directory, version, now, keyed.cast(KEYED_SCHEMA))
+    return DueRetention(moves=moves, judged=memories.num_rows if every else len(judged))
 
 
 def _write(directory: Path, version: str, now: float, keyed: pa.Table) -> None:
