@@ -29,7 +29,8 @@ from engram_pipelines.config.model import Config
 from engram_pipelines.core.duck import duck
 from engram_pipelines.warehouse.kept import read_kept, write_kept
 
-# Bump when a leg, a due date or the key changes: dates kept by another version are never read.
+# Bump when a leg, a due date, the key or a decay policy's formula changes: dates kept by another version are
+# never read.
 DUE_VERSION = 1
 # Decay's score inputs that retention does not read itself (kind, importance, access, times, pinned and tags
 # it does).
