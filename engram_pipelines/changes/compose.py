@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -310,13 +311,34 @@ def _address(changes: pa.Table) -> pa.Table:
         ).to_arrow_table()
 
 
+def joined_sha256(strings: pa.ChunkedArray | pa.Array) -> str:
+    """The sha256 hex digest of the strings' UTF-8 bytes one after the other (`"".join(values).encode()`), read
+    from the arrays' own data buffers: a 1M first night's 3.34M change ids as Python strings, then joined, were
+    ~400 MB at the night's peak."""
+    digest = hashlib.sha256()
+    chunks = strings.chunks if isinstance(strings, pa.ChunkedArray) else [strings]
+    for chunk in chunks:
+        if chunk.null_count:
+            raise ValueError("joined_sha256: a null string has no bytes to hash")
+        if len(chunk) == 0:
+            continue
+        if not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
+            chunk = chunk.cast(pa.string())
+        width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=width, count=chunk.offset + len(chunk) + 1)
+        data = chunk.buffers()[2]
+        start, end = int(offsets[chunk.offset]), int(offsets[chunk.offset + len(chunk)])
+        digest.update(memoryview(data)[start:end] if data is not None else b"")
+    return digest.hexdigest()
+
+
 def _finish(parts: list[pa.Table], *, as_of: dt.date, job: str, klass: str) -> pa.Table:
     """The set's id hashes its sorted change ids (the parts come in the set's order)."""
     addressed = pa.concat_tables(parts)  # a part per namespace range, and there is always one range
-    digest = hashlib.sha256("".join(addressed["change_id"].to_pylist()).encode()).hexdigest()[:10]
+    digest = joined_sha256(addressed["change_id"])[:10]
     change_set_id = f"{as_of.isoformat()}-{job}-{klass}-{digest}"
     table = addressed.add_column(
-        1, "change_set_id", pa.array([change_set_id] * addressed.num_rows, pa.string())
+        1, "change_set_id", pa.repeat(pa.scalar(change_set_id, pa.string()), addressed.num_rows)
     )
     return table.cast(CHANGE_SCHEMA).replace_schema_metadata(
         {"change_set_id": change_set_id, "review_class": klass, "job": job, "as_of": as_of.isoformat()}
@@ -336,8 +358,8 @@ def altered_changes(path: str | Path, change_set_id: str) -> list[str]:
             [str(path)],
         ).fetchall()
     altered = [row[0] for row in bad]
-    ids = pq.read_table(path, columns=["change_id"])["change_id"].to_pylist()
-    if not change_set_id.endswith(hashlib.sha256("".join(ids).encode()).hexdigest()[:10]):
+    ids = pq.read_table(path, columns=["change_id"])["change_id"]
+    if not change_set_id.endswith(joined_sha256(ids)[:10]):
         altered.append("<set>")
     return altered
 

@@ -685,3 +685,21 @@ def test_a_night_reverted_as_one_puts_back_each_row_as_it_was_before_the_first_s
     assert net["a"]["before"] == {"version": 1, "stale": False} and net["a"]["after"]["version"] == 3
     assert net["b"]["after"] is None
     assert net["b"]["before"] == {"version": 4, "tags": [], "content": "kept text"}
+
+
+def test_a_sets_digest_is_of_its_ids_joined_read_from_their_buffers() -> None:
+    import hashlib
+
+    from engram_pipelines.changes.compose import joined_sha256
+
+    ids = [f"id-{i}-é" for i in range(50)]
+    whole = hashlib.sha256("".join(ids).encode()).hexdigest()
+    # Chunked, sliced (a non-zero offset), large and view strings, an empty chunk: the same bytes.
+    chunked = pa.chunked_array([pa.array(ids[:7]), pa.array([], pa.string()), pa.array(ids[7:])])
+    sliced = pa.chunked_array([pa.array(["x", *ids[:20]]).slice(1), pa.array([*ids[20:], "y"]).slice(0, 30)])
+    assert joined_sha256(chunked) == joined_sha256(sliced) == whole
+    assert joined_sha256(pa.array(["x", *ids], pa.large_string()).slice(1)) == whole
+    assert joined_sha256(pa.array(ids, pa.string_view())) == whole
+    assert joined_sha256(pa.array([], pa.string())) == hashlib.sha256(b"").hexdigest()
+    with pytest.raises(ValueError, match="null"):
+        joined_sha256(pa.array(["a", None]))

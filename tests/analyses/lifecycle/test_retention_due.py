@@ -140,7 +140,9 @@ def test_everything_is_judged_again_for_other_settings_an_earlier_day_or_damaged
     rng = random.Random(3)
     # Young active rows: few fall due in a day, so a night that reuses the dates judges fewer than all.
     young = {"zone": "active", "zone_since": None}
-    memories = snapshot([{**_random_row(rng, i), **young, "created_at": days_ago(i / 10)} for i in range(100)])
+    memories = snapshot(
+        [{**_random_row(rng, i), **young, "created_at": days_ago(i / 10)} for i in range(100)]
+    )
 
     def judged(config: Config, at: dt.datetime) -> int:
         due = retention_reusing(
