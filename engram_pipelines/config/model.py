@@ -390,8 +390,9 @@ class ExecutionConfig(_Section):
     whose inputs moved or where a node's anti-anchoring falls due (what it proposed and did not land is proposed
     again with tonight's instant), retention judges only the rows whose next due date has come or whose inputs
     changed since it was dated (the others cannot move tonight), and over a layered snapshot the embeddings are
-    layered too (only the rows written since its base get vectors; with one shard, `execution.shards: 1`). false recomputes every analysis from a full read of the store: the reference
-    the incremental nights are held equal to (bench/nightly.py times both).
+    layered too (only the rows written since its base get vectors; with one shard, `execution.shards: 1`). false
+    recomputes every analysis from a full read of the store: the reference the incremental nights are held equal
+    to (bench/nightly.py times both).
     Vectors and parsed sentences are still looked up by content: they depend on nothing else."""
     shards: int | None = Field(None, ge=1, le=256)
     """Namespace hash shards: the sharded analyses run one step per shard, in parallel on the executor. Unset:

@@ -5,7 +5,8 @@ import pyarrow.compute as pc
 
 from engram_pipelines.analyses.lifecycle.decay import DECAY_SCHEMA, CueCache
 from engram_pipelines.analyses.lifecycle.promotion import PROMOTION_SCHEMA
-from engram_pipelines.analyses.lifecycle.retention import RETENTION_SCHEMA, RULE_COLUMNS
+from engram_pipelines.analyses.lifecycle.retention import RETENTION_SCHEMA
+from engram_pipelines.analyses.lifecycle.retention_due import KEY_COLUMNS
 from engram_pipelines.core.registry import inputs_of
 from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.night.wiring import decay_for_day, promotions_for_day, retention_for_day
@@ -198,9 +199,6 @@ _RULE_INPUTS = [
     "metadata",  # a promotion's time restarts the clock
 ]
 
-# What retention reads: its rules' columns, and the content (a score input) for the due dates' keys.
-_RETENTION_COLUMNS = [*RULE_COLUMNS, "content"]
-
 _RETENTION_LINEAGE: Lineage = {
     "id": {"memory_snapshot": ["id"]},
     "namespace": {"memory_snapshot": ["namespace"]},
@@ -240,7 +238,7 @@ def retention(
     config = engram_config.for_run(warehouse.get())
     as_of = as_of_date(context)
     wh = warehouse.get()
-    memories = wh.read_table("memories", as_of, columns=_RETENTION_COLUMNS)
+    memories = wh.read_table("memories", as_of, columns=KEY_COLUMNS)
     # Only the rows that can move tonight are judged; the others' due dates are kept in <warehouse>/retention_due/.
     retained, judged = retention_for_day(
         memories,

@@ -43,6 +43,11 @@ RETENTION_SCHEMA = pa.schema(
 )
 
 
+# The ids rows were merged into (a canonical holding their facts), as a relation over `memories`; the due dates'
+# keys read it too (`retention_due.row_keys`): a merge into a row changes what retention may do to it.
+MERGED_INTO = "(SELECT DISTINCT superseded_by AS id FROM memories WHERE superseded_by IS NOT NULL)"
+
+
 def _legs_sql(config: Config, group: str, as_of: dt.datetime, only: str | None) -> str:
     """The rows of `group`'s namespaces retention judges (of `only`'s ids, where given) with every leg's inputs
     and outcome: a WITH clause for the moves and the due dates to select from."""
@@ -69,7 +74,7 @@ def _legs_sql(config: Config, group: str, as_of: dt.datetime, only: str | None) 
         LEFT JOIN promoted p USING (id)
         -- A canonical that rows were merged into holds their facts too: archived for its age or score, the
         -- fact would be visible in neither row.
-        LEFT JOIN (SELECT DISTINCT superseded_by AS id FROM memories WHERE superseded_by IS NOT NULL) h USING (id)
+        LEFT JOIN {MERGED_INTO} h USING (id)
         WHERE m.kind <> 'block' AND m.superseded_by IS NULL
     ),
     legs AS (

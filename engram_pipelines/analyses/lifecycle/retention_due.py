@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from engram_pipelines.analyses.lifecycle.retention import RULE_COLUMNS, judge_retention
+from engram_pipelines.analyses.lifecycle.retention import MERGED_INTO, RULE_COLUMNS, judge_retention
 from engram_pipelines.config.model import Config
 from engram_pipelines.core.duck import duck
 from engram_pipelines.warehouse.kept import read_kept, write_kept
@@ -32,9 +32,9 @@ from engram_pipelines.warehouse.kept import read_kept, write_kept
 # Bump when a leg, a due date, the key or a decay policy's formula changes: dates kept by another version are
 # never read.
 DUE_VERSION = 1
-# Decay's score inputs that retention does not read itself (kind, importance, access, times, pinned and tags
-# it does).
-_SCORE_ONLY_COLUMNS = ["content"]
+# What the keys hash: retention's columns and the one decay score input retention does not read itself (kind,
+# importance, access, times, pinned and tags it does).
+KEY_COLUMNS = [*RULE_COLUMNS, "content"]
 
 KEYED_SCHEMA = pa.schema(
     [
@@ -56,15 +56,13 @@ class DueRetention:
 
 def row_keys(memories: pa.Table) -> pa.Table:
     """(id, key) of every row: the hash of its retention and decay inputs and of whether rows merge into it."""
-    columns = [c for c in RULE_COLUMNS if c != "id"] + _SCORE_ONLY_COLUMNS
+    inputs = ", ".join(f"m.{c}" for c in KEY_COLUMNS if c != "id")
     with duck() as con:
-        con.register("memories", memories.select(["id", *columns]))
+        con.register("memories", memories.select(KEY_COLUMNS))
         return con.sql(
             f"""
-            SELECT m.id, hash({", ".join(f"m.{c}" for c in columns)}, h.id IS NOT NULL)::UBIGINT AS key
-            FROM memories m
-            LEFT JOIN (SELECT DISTINCT superseded_by AS id FROM memories WHERE superseded_by IS NOT NULL) h
-                USING (id)
+            SELECT m.id, hash({inputs}, h.id IS NOT NULL)::UBIGINT AS key
+            FROM memories m LEFT JOIN {MERGED_INTO} h USING (id)
             """
         ).to_arrow_table()
 
