@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engram_pipelines.changes.compose import CHANGE_SCHEMA, altered_changes, change_set_id_of
+from engram_pipelines.core.duck import duck
 from engram_pipelines.store import ChangeSetRecord, Store
 from engram_pipelines.warehouse.parquet import write_parquet
 from engram_pipelines.warehouse.tables import Warehouse
@@ -25,21 +26,16 @@ class ChangeSetNotFound(LookupError):
 
 def ops_by(table: pa.Table, column: str) -> dict[str, dict[str, int]]:
     """`column`'s value -> op -> changes listing that op (a change composed of several ops counts for each),
-    both sorted. Counted in Arrow: a first night at 1M memories has 3.5M changes."""
-    ops = table.column("ops").combine_chunks()
-    flat = pa.table(
-        {
-            "key": table.column(column).combine_chunks().take(pc.list_parent_indices(ops)),
-            "op": pc.list_flatten(ops),
-        }
-    )
-    counts = (
-        flat.group_by(["key", "op"])
-        .aggregate([([], "count_all")])
-        .sort_by([("key", "ascending"), ("op", "ascending")])
-    )
+    both sorted. Counted by DuckDB as it scans the table's chunks: flattened in Arrow, a 1M first night's
+    3.96M changes were copied whole (key and ops) at the change set step's peak."""
+    with duck() as con:
+        con.register("changes", table.select([column, "ops"]))
+        counts = con.sql(
+            f"SELECT {column}, op, count(*) FROM (SELECT {column}, unnest(ops) AS op FROM changes) "
+            "GROUP BY ALL ORDER BY ALL"
+        ).fetchall()
     out: dict[str, dict[str, int]] = {}
-    for key, op, n in zip(*(counts.column(c).to_pylist() for c in ("key", "op", "count_all")), strict=True):
+    for key, op, n in counts:
         out.setdefault(key, {})[op] = n
     return out
 
