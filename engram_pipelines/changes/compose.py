@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,17 +107,16 @@ def compose(
     return compose_ranges(namespace_ranges(intents), memories, as_of=as_of, at=at, job=job, sql_fold=sql_fold)
 
 
-def namespace_ranges(intents: pa.Table) -> list[pa.Table]:
+def namespace_ranges(intents: pa.Table) -> Iterator[pa.Table]:
     """The intents in ranges of consecutive namespaces (in sort order) of about RANGE_INTENTS each, each range
-    a table of its own: once the caller lets `intents` go, a range's memory is freed as it is composed."""
-    return [
-        intents.filter(pc.is_in(intents["namespace"], value_set=pa.array(names, pa.string())))
-        for names in _namespace_ranges(intents["namespace"], RANGE_INTENTS)
-    ]
+    a table of its own, cut as it is asked for: cut all at once, the ranges and the intents they were cut from
+    were two copies of a 1M first night's 4M intents, the change set step's peak (5.3 GB)."""
+    for names in _namespace_ranges(intents["namespace"], RANGE_INTENTS):
+        yield intents.filter(pc.is_in(intents["namespace"], value_set=pa.array(names, pa.string())))
 
 
 def compose_ranges(
-    ranges: list[pa.Table],
+    ranges: Iterable[pa.Table],
     memories: pa.Table,
     *,
     as_of: dt.date,
@@ -124,17 +124,28 @@ def compose_ranges(
     job: str,
     sql_fold: bool = True,
 ) -> dict[str, pa.Table]:
-    """`compose` of `namespace_ranges`, emptying `ranges` as it goes. Namespaces are independent and the
-    ranges follow the set's sort order, so their addressed parts concatenate into the same table one piece
-    would give. A caller holding no other reference to the intents frees each range once it is composed (a
-    first night at 1M memories: 1.6 GB of intents beside 3.2 GB of changes at the end; passed as one table,
-    the caller's own reference kept them all to the end)."""
-    memories = memories.drop_columns([c for c in ("embedding",) if c in memories.column_names])
+    """`compose` of `namespace_ranges`. Namespaces are independent and the ranges follow the set's sort order,
+    so their addressed parts concatenate into the same table one piece would give."""
     parts: dict[str, list[pa.Table]] = {klass: [] for klass in REVIEW_CLASSES}
-    while ranges:
-        for klass, changes in _compose_range(ranges.pop(0), memories, at, sql_fold).items():
-            parts[klass].append(_address(changes))
+    for composed in composed_parts(ranges, memories, at=at, sql_fold=sql_fold):
+        for klass, part in composed.items():
+            parts[klass].append(part)
     return {klass: _finish(tables, as_of=as_of, job=job, klass=klass) for klass, tables in parts.items()}
+
+
+def composed_parts(
+    ranges: Iterable[pa.Table], memories: pa.Table, *, at: dt.datetime, sql_fold: bool = True
+) -> Iterator[dict[str, pa.Table]]:
+    """Per range, in the set's order: review class -> its addressed changes (CHANGE_SCHEMA but the set's id,
+    which hashes them all); each range is let go once composed. `compose_ranges` gathers them into tables;
+    `spool.spool_change_sets` writes them to the sets' files as they come."""
+    memories = memories.drop_columns([c for c in ("embedding",) if c in memories.column_names])
+    for intents in ranges:
+        composed = _compose_range(intents, memories, at, sql_fold)
+        # Nothing of the range stays in this frame while the caller writes it: not its intents, not its
+        # changes before they were addressed.
+        del intents
+        yield {klass: _address(composed.pop(klass)).cast(ADDRESSED) for klass in list(composed)}
 
 
 def _namespace_ranges(namespaces: pa.ChunkedArray, limit: int) -> list[list[str]]:
@@ -298,6 +309,8 @@ def _intents_json(intents: list[Intent]) -> str:
 
 
 _UNADDRESSED = pa.schema([f for f in CHANGE_SCHEMA if f.name not in ("change_id", "change_set_id")])
+# A composed change before its set is named: every column but the set's id.
+ADDRESSED = pa.schema([f for f in CHANGE_SCHEMA if f.name != "change_set_id"])
 
 
 def _address(changes: pa.Table) -> pa.Table:
@@ -316,6 +329,12 @@ def joined_sha256(strings: pa.ChunkedArray | pa.Array) -> str:
     from the arrays' own data buffers: a 1M first night's 3.34M change ids as Python strings, then joined, were
     ~400 MB at the night's peak."""
     digest = hashlib.sha256()
+    update_joined(digest, strings)
+    return digest.hexdigest()
+
+
+def update_joined(digest: Any, strings: pa.ChunkedArray | pa.Array) -> None:
+    """Feed the strings' UTF-8 bytes, one after the other, to `digest` (`joined_sha256`, a part at a time)."""
     chunks = strings.chunks if isinstance(strings, pa.ChunkedArray) else [strings]
     for chunk in chunks:
         if chunk.null_count:
@@ -329,20 +348,33 @@ def joined_sha256(strings: pa.ChunkedArray | pa.Array) -> str:
         data = chunk.buffers()[2]
         start, end = int(offsets[chunk.offset]), int(offsets[chunk.offset + len(chunk)])
         digest.update(memoryview(data)[start:end] if data is not None else b"")
-    return digest.hexdigest()
 
 
 def _finish(parts: list[pa.Table], *, as_of: dt.date, job: str, klass: str) -> pa.Table:
     """The set's id hashes its sorted change ids (the parts come in the set's order)."""
     addressed = pa.concat_tables(parts)  # a part per namespace range, and there is always one range
-    digest = joined_sha256(addressed["change_id"])[:10]
-    change_set_id = f"{as_of.isoformat()}-{job}-{klass}-{digest}"
+    change_set_id = set_id(as_of, job, klass, joined_sha256(addressed["change_id"]))
+    return named(addressed, change_set_id).replace_schema_metadata(
+        set_metadata(as_of, job, klass, change_set_id)
+    )
+
+
+def set_id(as_of: dt.date, job: str, klass: str, digest: str) -> str:
+    """A set's id: its date, job and class, and the digest of its change ids in order (`joined_sha256`)."""
+    return f"{as_of.isoformat()}-{job}-{klass}-{digest[:10]}"
+
+
+def set_metadata(as_of: dt.date, job: str, klass: str, change_set_id: str) -> dict[str, str]:
+    """What a set's Parquet schema carries of it."""
+    return {"change_set_id": change_set_id, "review_class": klass, "job": job, "as_of": as_of.isoformat()}
+
+
+def named(addressed: pa.Table, change_set_id: str) -> pa.Table:
+    """Addressed changes (ADDRESSED) with their set's id: CHANGE_SCHEMA."""
     table = addressed.add_column(
         1, "change_set_id", pa.repeat(pa.scalar(change_set_id, pa.string()), addressed.num_rows)
     )
-    return table.cast(CHANGE_SCHEMA).replace_schema_metadata(
-        {"change_set_id": change_set_id, "review_class": klass, "job": job, "as_of": as_of.isoformat()}
-    )
+    return table.cast(CHANGE_SCHEMA)
 
 
 def altered_changes(path: str | Path, change_set_id: str) -> list[str]:

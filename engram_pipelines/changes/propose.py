@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.changes.compose import SNAPSHOT_COLUMNS, compose_ranges, namespace_ranges
+from engram_pipelines.changes.compose import SNAPSHOT_COLUMNS, composed_parts, namespace_ranges
 from engram_pipelines.changes.guard import hold_for_review
 from engram_pipelines.changes.intents import INTENT_SCHEMA
-from engram_pipelines.changes.registry import store_change_set
+from engram_pipelines.changes.registry import register_change_set
+from engram_pipelines.changes.spool import spool_change_sets
 from engram_pipelines.changes.waiting import waiting_sets, without_waiting
 from engram_pipelines.config.model import Config
 from engram_pipelines.config.switches import switched_intents
@@ -27,10 +29,10 @@ def propose_change_sets(
     job: str,
     sources: list[str],
     config: Config,
-) -> tuple[dict[str, tuple[ChangeSetRecord, pa.Table]], list[dict]]:
-    """(review class -> (registered record, change table) for the proposals of `sources`, what the volume
-    guard held for review: `guard.hold_for_review`). The held set's counts record them as `held_for_review`,
-    beside `waiting_in`: per earlier set, the held changes that wait there (`waiting.without_waiting`)."""
+) -> tuple[dict[str, ProposedSet], list[dict]]:
+    """(review class -> the set of the proposals of `sources`, written and registered; what the volume guard
+    held for review: `guard.hold_for_review`). The held set's counts record them as `held_for_review`, beside
+    `waiting_in`: per earlier set, the held changes that wait there (`waiting.without_waiting`)."""
     # One read of the snapshot serves the guard (namespaces, zones) and compose (the rows it folds).
     memories = warehouse.read_table("memories", as_of, columns=[*SNAPSHOT_COLUMNS, "namespace"])
     intents, held = guarded_intents(warehouse, as_of, sources, config, memories)
@@ -41,29 +43,39 @@ def propose_change_sets(
         # The consolidate job proposes what waits for review; the auto class is the nightly's to apply (a
         # consolidate's auto set was left proposed forever).
         intents = intents.filter(pc.not_equal(intents["review_class"], "auto"))
-    # Split, then let go: compose frees each range of the intents once it is composed.
-    ranges = namespace_ranges(intents)
-    del intents
-    sets = compose_ranges(ranges, memories, as_of=as_of, at=end_of_day(as_of), job=job)
-    # The snapshot and the composed ranges are not needed again: what the pool keeps of them is handed back
-    # before the sets are written and counted, the step's peak (a 1M first night).
-    del memories
-    pa.default_memory_pool().release_unused()
+    # Each range of the intents is cut as it is composed, and its changes let go once they are spooled to the
+    # sets' files (`spool`); the intents and the snapshot are held until the last range is composed.
+    parts = composed_parts(namespace_ranges(intents), memories, at=end_of_day(as_of))
+    del intents, memories
+    spooled = spool_change_sets(parts, warehouse, as_of=as_of, job=job)
     now = utc_now()
+    notes = {"held": _held_notes(held, waiting) or {}}
     return {
-        klass: (
-            store_change_set(
-                store,
-                warehouse,
-                table,
-                created_at=now,
-                config_fingerprint=config.fingerprint(),
-                notes=_held_notes(held, waiting) if klass == "held" else None,
+        klass: ProposedSet(
+            # Where this night wrote it (a re-run's record may name another warehouse's copy).
+            dataclasses.replace(
+                register_change_set(
+                    store,
+                    written.path,
+                    written.meta,
+                    {**written.counts, **notes.get(klass, {})},
+                    created_at=now,
+                    config_fingerprint=config.fingerprint(),
+                ),
+                path=str(written.path.resolve()),
             ),
-            table,
+            written.by_namespace_op,
         )
-        for klass, table in sets.items()
+        for klass, written in spooled.items()
     }, held
+
+
+@dataclasses.dataclass(frozen=True)
+class ProposedSet:
+    """A registered set and its changes per namespace and op (`registry.ops_by`), counted as it was written."""
+
+    record: ChangeSetRecord
+    by_namespace_op: dict[str, dict[str, int]]
 
 
 def _held_notes(held: list[dict], waiting: list[dict]) -> dict | None:

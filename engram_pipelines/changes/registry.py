@@ -41,15 +41,30 @@ def ops_by(table: pa.Table, column: str) -> dict[str, dict[str, int]]:
 
 
 def counts_of(table: pa.Table) -> dict[str, Any]:
-    by_op: Counter[str] = Counter()
-    for ops in ops_by(table, "namespace").values():
-        by_op.update(ops)
+    """A set's counts as registered (`counts_from`)."""
     namespaces = pc.value_counts(table.column("namespace")).to_pylist()
+    return counts_from(
+        ops_by(table, "namespace"),
+        {c["values"]: c["counts"] for c in namespaces},
+        total=table.num_rows,
+        destructive=int(pc.sum(table.column("destructive")).as_py() or 0),
+    )
+
+
+def counts_from(
+    by_namespace_op: dict[str, dict[str, int]], by_namespace: dict[str, int], *, total: int, destructive: int
+) -> dict[str, Any]:
+    """A set's counts as registered: changes in all, per op (a change composed of several ops counts for
+    each), per namespace, and how many hide or delete, from its `ops_by(..., "namespace")` and changes per
+    namespace."""
+    by_op: Counter[str] = Counter()
+    for ops in by_namespace_op.values():
+        by_op.update(ops)
     return {
-        "total": table.num_rows,
+        "total": total,
         "by_op": dict(sorted(by_op.items())),
-        "by_namespace": dict(sorted((c["values"], c["counts"]) for c in namespaces)),
-        "destructive": int(pc.sum(table.column("destructive")).as_py() or 0),
+        "by_namespace": dict(sorted(by_namespace.items())),
+        "destructive": destructive,
     }
 
 
@@ -65,12 +80,33 @@ def store_change_set(
     """Write the change set's Parquet (deterministic bytes) and register it as `proposed` (idempotent);
     `notes` join its counts (the volume guard's `held_for_review`)."""
     change_set_id = change_set_id_of(table)
-    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     path = warehouse.change_set_path(change_set_id)
     if not path.exists():
         write_parquet(table, path, write_statistics=True)
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    return register_change_set(
+        store,
+        path,
+        meta,
+        {**counts_of(table), **(notes or {})},
+        created_at=created_at,
+        config_fingerprint=config_fingerprint,
+    )
+
+
+def register_change_set(
+    store: Store,
+    path: Path,
+    meta: dict[str, str],
+    counts: dict[str, Any],
+    *,
+    created_at: dt.datetime,
+    config_fingerprint: str,
+) -> ChangeSetRecord:
+    """Register the set written at `path` (`meta`: its schema's metadata, `counts`: `counts_of` it and any
+    notes) as `proposed`; the record already there if it was (a re-run)."""
     record = ChangeSetRecord(
-        change_set_id=change_set_id,
+        change_set_id=meta["change_set_id"],
         created_at=created_at,
         as_of=meta["as_of"],
         job=meta["job"],
@@ -78,11 +114,11 @@ def store_change_set(
         status="proposed",
         path=str(path.resolve()),  # a command run from another folder finds it
         config_fingerprint=config_fingerprint,
-        total=table.num_rows,
-        counts={**counts_of(table), **(notes or {})},
+        total=counts["total"],
+        counts=counts,
     )
     if not store.register_change_set(record):
-        existing = store.get_change_set(change_set_id)
+        existing = store.get_change_set(record.change_set_id)
         assert existing is not None
         return existing
     return record
@@ -137,6 +173,14 @@ def read_changes(
     schema = CHANGE_SCHEMA if read is None else pa.schema([CHANGE_SCHEMA.field(c) for c in read])
     filters = [("op", "=", op)] if op is not None else None
     return pq.read_table(record.path, columns=columns, schema=schema, filters=filters)
+
+
+def read_head(record: ChangeSetRecord, columns: list[str], rows: int) -> pa.Table:
+    """The set's first `rows` changes, `columns` only (a row group is read, not the set)."""
+    schema = pa.schema([CHANGE_SCHEMA.field(c) for c in columns])
+    file = pq.ParquetFile(record.path)
+    batch = next(file.iter_batches(batch_size=rows, columns=columns), None)
+    return schema.empty_table() if batch is None else pa.Table.from_batches([batch]).cast(schema)
 
 
 class ChangeSetAltered(ChangeSetNotFound):

@@ -14,7 +14,7 @@ from engram_pipelines.changes.propose import propose_change_sets
 from engram_pipelines.changes.registry import (
     find_change_set,
     load_change_set,
-    ops_by,
+    read_head,
     registered_change_set,
 )
 from engram_pipelines.changes.revert import approve_change_set
@@ -32,6 +32,7 @@ from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitio
 from engram_pipelines.orchestration.resources import EngramConfigResource, StoreResource, WarehouseResource
 from engram_pipelines.reports.plots import changes_by_op, inline_bars, markdown_image, top_keys
 from engram_pipelines.reports.review import write_review_page
+from engram_pipelines.store import ChangeSetRecord
 
 # The analyses whose proposals the change set gathers; each is an asset of the same name.
 ANALYSIS_SOURCES: list[str] = list(NAMES)
@@ -99,46 +100,49 @@ def change_set(
         pages = {
             klass: page
             for klass in ("gated", "held")
-            if (
-                page := write_review_page(
-                    live, sets[klass][0], sets[klass][1], wh.reports_dir(as_of), store.url
-                )
-            )
+            if (page := write_review_page(live, sets[klass].record, wh.reports_dir(as_of), store.url))
             is not None
         }
-    wh.write_run_pointer(as_of, _job(context), {klass: rec.change_set_id for klass, (rec, _) in sets.items()})
-    auto_table, gated_table, held_table = (sets[k][1] for k in ("auto", "gated", "held"))
-    for klass, (record, _) in sets.items():
+    registered = {klass: proposed.record for klass, proposed in sets.items()}
+    wh.write_run_pointer(
+        as_of, _job(context), {klass: rec.change_set_id for klass, rec in registered.items()}
+    )
+    for klass, record in registered.items():
         context.log.info(
             f"{klass} change set {record.change_set_id}: {record.total} changes {record.counts['by_op']}"
         )
     if held:
         # One event, a line per namespace: an event each was 1.4 s of a 1M night that held 396 namespaces.
         context.log.warning(
-            f"volume guard: {len(held)} namespace(s) held for review in {sets['held'][0].change_set_id}:\n"
+            f"volume guard: {len(held)} namespace(s) held for review in {registered['held'].change_set_id}:\n"
             + "\n".join(entry["message"] for entry in held)
         )
-    both = pa.concat_tables([auto_table, gated_table, held_table])
+    # The sets are in their files, not in memory (`changes.spool`): the page shows their first rows.
+    head = pa.concat_tables([read_head(rec, _SAMPLED, _SAMPLE_ROWS) for rec in registered.values()]).slice(
+        0, _SAMPLE_ROWS
+    )
+    by_namespace: dict[str, dict[str, int]] = {}
+    for proposed in sets.values():
+        for namespace, ops in proposed.by_namespace_op.items():
+            merged = by_namespace.setdefault(namespace, {})
+            for op, n in ops.items():
+                merged[op] = merged.get(op, 0) + n
     return dg.MaterializeResult(
         metadata={
-            **standard(CHANGE_SCHEMA, both.num_rows),
+            **standard(CHANGE_SCHEMA, sum(rec.total for rec in registered.values())),
             "dagster/column_lineage": column_lineage(_CHANGE_SET_LINEAGE),
             "config_fingerprint": config.fingerprint(),
-            "auto_change_set": sets["auto"][0].change_set_id,
-            "gated_change_set": sets["gated"][0].change_set_id,
-            "held_change_set": sets["held"][0].change_set_id,
-            "auto_changes": auto_table.num_rows,
-            "gated_changes": gated_table.num_rows,
-            "held_changes": held_table.num_rows,
+            **{f"{klass}_change_set": rec.change_set_id for klass, rec in registered.items()},
+            **{f"{klass}_changes": rec.total for klass, rec in registered.items()},
             "held_for_review": dg.MetadataValue.json(held),
             **{f"review_page_{klass}": dg.MetadataValue.path(str(page)) for klass, page in pages.items()},
-            "how_to_decide": dg.MetadataValue.md(_how_to_decide(sets)),
-            "by_op": dg.MetadataValue.json({k: rec.counts["by_op"] for k, (rec, _) in sets.items()}),
-            "sample": sample_markdown(both, ["review_class", "namespace", "target_id", "op", "reason"]),
-            "changes_by_op_inline": dg.MetadataValue.md(inline_bars(_total_by_op(sets))),
+            "how_to_decide": dg.MetadataValue.md(_how_to_decide(registered)),
+            "by_op": dg.MetadataValue.json({k: rec.counts["by_op"] for k, rec in registered.items()}),
+            "sample": sample_markdown(head, _SAMPLED),
+            "changes_by_op_inline": dg.MetadataValue.md(inline_bars(_total_by_op(registered))),
             "changes_by_namespace": dg.MetadataValue.md(
                 markdown_image(
-                    changes_by_op(top_keys(ops_by(both, "namespace"), 20), "Changes by op, top namespaces"),
+                    changes_by_op(top_keys(by_namespace, 20), "Changes by op, top namespaces"),
                     "by namespace",
                 )
             ),
@@ -151,25 +155,29 @@ def change_set(
     )
 
 
-def _total_by_op(sets) -> dict[str, int]:
+_SAMPLED = ["review_class", "namespace", "target_id", "op", "reason"]
+_SAMPLE_ROWS = 10
+
+
+def _total_by_op(records: dict[str, ChangeSetRecord]) -> dict[str, int]:
     """Changes per op over the night's sets, largest first."""
     total: dict[str, int] = {}
-    for record, _ in sets.values():
+    for record in records.values():
         for op, n in record.counts.get("by_op", {}).items():
             total[op] = total.get(op, 0) + int(n)
     return dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _how_to_decide(sets) -> str:
+def _how_to_decide(records: dict[str, ChangeSetRecord]) -> str:
     waiting = [
         (f"{klass} ({rec.total} changes)", rec.change_set_id)
-        for klass, (rec, _) in sets.items()
+        for klass, rec in records.items()
         if klass != "auto" and rec.total
     ]
     # Held changes that wait in an earlier night's set (changes/waiting.py) wait for the same decision.
     waiting += [
         (f"held on an earlier night ({n} of its changes still wait)", change_set_id)
-        for change_set_id, n in sets["held"][0].counts.get("waiting_in", {}).items()
+        for change_set_id, n in records["held"].counts.get("waiting_in", {}).items()
     ]
     if not waiting:
         return "Nothing waits for review tonight."

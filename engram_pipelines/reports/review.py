@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from engram_pipelines.changes.intents import REVIEWED_CLASSES
+from engram_pipelines.changes.registry import read_changes
 from engram_pipelines.core import mdtext
 from engram_pipelines.store import ChangeSetRecord, Store, redact
 
@@ -267,14 +266,12 @@ def referenced_ids(rows: list[dict[str, Any]]) -> list[str]:
 REVIEW_PAGE_MAX_CHANGES = 5000
 
 
-def write_review_page(
-    store: Store, record: ChangeSetRecord, changes: pa.Table, folder: Path, url: str
-) -> Path | None:
+def write_review_page(store: Store, record: ChangeSetRecord, folder: Path, url: str) -> Path | None:
     """`<folder>/review-<set>.html` for one set (None when it is empty or longer than a page holds; such a set
-    is not turned into Python rows at all: a first night's held set can hold hundreds of thousands)."""
-    if not 0 < changes.num_rows <= REVIEW_PAGE_MAX_CHANGES:
+    is not read at all: a first night's held set can hold hundreds of thousands)."""
+    if not 0 < record.total <= REVIEW_PAGE_MAX_CHANGES:
         return None
-    rows = changes.to_pylist()
+    rows = read_changes(record).to_pylist()
     path = folder / f"review-{record.change_set_id}.html"
     path.write_text(review_html(record, rows, store.read_memories(referenced_ids(rows)), url))
     return path

@@ -3,6 +3,7 @@ array, and whole-or-nothing writes."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -130,5 +131,23 @@ def write_parquet(table: pa.Table, path: Path, **options: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_suffix(".tmp")
     pq.write_table(table, staging, **{**codecs(table.schema), **options})
+    staging.rename(path)
+    return path
+
+
+def write_parquet_groups(
+    schema: pa.Schema, groups: Iterable[pa.Table], path: Path, **options: object
+) -> Path:
+    """`write_parquet` of a table that comes a row group at a time (each of `groups` one row group, of
+    `schema`, metadata included), so it is never whole in memory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(".tmp")
+    try:
+        with pq.ParquetWriter(staging, schema, **{**codecs(schema), **options}) as writer:
+            for group in groups:
+                writer.write_table(group, row_group_size=max(group.num_rows, 1))
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
     staging.rename(path)
     return path

@@ -32,7 +32,7 @@ from engram_pipelines.core.timestamps import end_of_day
 from engram_pipelines.ingest.snapshot import take_snapshot
 from engram_pipelines.reports.explain import explain_memory
 from engram_pipelines.store import MemoryWrite, open_store
-from tests.support.changes import intent, propose
+from tests.support.changes import intent, propose, three_namespaces
 from tests.support.memories import AS_OF, memory
 
 
@@ -456,30 +456,7 @@ def test_the_sql_fold_writes_what_the_python_fold_writes(tmp_path, warehouse):
 
 
 def test_composing_namespace_ranges_gives_the_one_piece_table(tmp_path, warehouse, monkeypatch):
-    spaces = ["ns-a", "ns-b", "ns-c"]
-    with open_store(f"sqlite:///{tmp_path}/s.db", migrate=True) as store:
-        store.insert_memories([memory(i, namespace=spaces[i % 3]) for i in range(9)])
-        take_snapshot(store, warehouse, AS_OF)
-    link = {"kind": "related", "weight": 0.5}
-    intents = intents_table(
-        [intent(f"m{i}", "mark_stale", namespace=spaces[i % 3], score=0.1) for i in range(9)]
-        + [intent(f"m{i}", "union_tags", namespace=spaces[i % 3], tags=["t"]) for i in range(0, 9, 2)]
-        + [
-            {
-                **intent(
-                    f"m{i}|m{i + 3}|related",
-                    "upsert_link",
-                    namespace=spaces[i % 3],
-                    src_id=f"m{i}",
-                    dst_id=f"m{i + 3}",
-                    **link,
-                ),
-                "target_kind": "link",
-            }
-            for i in range(6)
-        ]
-    )
-    memories = warehouse.read_table("memories", AS_OF)
+    intents, memories = three_namespaces(tmp_path, warehouse)
     whole = compose(intents, memories, as_of=AS_OF, at=end_of_day(AS_OF), job="test")
     monkeypatch.setattr(compose_module, "RANGE_INTENTS", 4)  # a range per namespace
     assert len(compose_module._namespace_ranges(intents["namespace"], 4)) == 3

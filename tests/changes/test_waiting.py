@@ -97,11 +97,11 @@ def test_a_held_intent_waits_only_where_the_same_change_still_applies_as_it_stan
 
 
 def test_the_runs_advice_names_the_earlier_sets_where_held_changes_wait():
-    def record(klass: str, total: int, **counts: Any) -> tuple[ChangeSetRecord, None]:
+    def record(klass: str, total: int, **counts: Any) -> ChangeSetRecord:
         change_set_id = f"2026-11-30-nightly-{klass}-0"
         return ChangeSetRecord(
             change_set_id, T0, "2026-11-30", "nightly", klass, "proposed", "", "", total, counts
-        ), None
+        )
 
     quiet = {k: record(k, 0) for k in ("auto", "gated")}
     assert _how_to_decide({**quiet, "held": record("held", 0)}) == "Nothing waits for review tonight."
