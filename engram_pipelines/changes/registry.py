@@ -40,32 +40,54 @@ def ops_by(table: pa.Table, column: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def counts_of(table: pa.Table) -> dict[str, Any]:
-    """A set's counts as registered (`counts_from`)."""
+@dataclasses.dataclass(frozen=True)
+class Tally:
+    """What a set's counts are made of, for changes whose namespaces no other tally holds (a set's namespace
+    ranges): changes per namespace and op (`ops_by`), changes per namespace, in all, and how many hide or
+    delete."""
+
+    by_namespace_op: dict[str, dict[str, int]]
+    by_namespace: dict[str, int]
+    total: int
+    destructive: int
+
+    def plus(self, other: Tally) -> Tally:
+        return Tally(
+            {**self.by_namespace_op, **other.by_namespace_op},
+            {**self.by_namespace, **other.by_namespace},
+            self.total + other.total,
+            self.destructive + other.destructive,
+        )
+
+    def counts(self) -> dict[str, Any]:
+        """The set's counts as registered (a change composed of several ops counts for each)."""
+        by_op: Counter[str] = Counter()
+        for ops in self.by_namespace_op.values():
+            by_op.update(ops)
+        return {
+            "total": self.total,
+            "by_op": dict(sorted(by_op.items())),
+            "by_namespace": dict(sorted(self.by_namespace.items())),
+            "destructive": self.destructive,
+        }
+
+
+NO_CHANGES = Tally({}, {}, 0, 0)
+
+
+def tally(table: pa.Table) -> Tally:
     namespaces = pc.value_counts(table.column("namespace")).to_pylist()
-    return counts_from(
+    return Tally(
         ops_by(table, "namespace"),
         {c["values"]: c["counts"] for c in namespaces},
-        total=table.num_rows,
-        destructive=int(pc.sum(table.column("destructive")).as_py() or 0),
+        table.num_rows,
+        int(pc.sum(table.column("destructive")).as_py() or 0),
     )
 
 
-def counts_from(
-    by_namespace_op: dict[str, dict[str, int]], by_namespace: dict[str, int], *, total: int, destructive: int
-) -> dict[str, Any]:
-    """A set's counts as registered: changes in all, per op (a change composed of several ops counts for
-    each), per namespace, and how many hide or delete, from its `ops_by(..., "namespace")` and changes per
-    namespace."""
-    by_op: Counter[str] = Counter()
-    for ops in by_namespace_op.values():
-        by_op.update(ops)
-    return {
-        "total": total,
-        "by_op": dict(sorted(by_op.items())),
-        "by_namespace": dict(sorted(by_namespace.items())),
-        "destructive": destructive,
-    }
+def counts_of(table: pa.Table) -> dict[str, Any]:
+    """A set's counts as registered (`Tally.counts`)."""
+    return tally(table).counts()
 
 
 def store_change_set(

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from engram_pipelines.changes.compose import (
     ADDRESSED,
@@ -28,7 +27,7 @@ from engram_pipelines.changes.compose import (
     update_joined,
 )
 from engram_pipelines.changes.intents import REVIEW_CLASSES
-from engram_pipelines.changes.registry import counts_from, ops_by
+from engram_pipelines.changes.registry import NO_CHANGES, tally
 from engram_pipelines.warehouse.parquet import write_parquet_groups
 from engram_pipelines.warehouse.tables import Warehouse
 
@@ -39,7 +38,7 @@ ROW_GROUP_ROWS = 131_072
 
 @dataclass(frozen=True)
 class SpooledSet:
-    """A set written to its file: the file, its schema's metadata, its counts (`registry.counts_of`) and its
+    """A set written to its file: the file, its schema's metadata, its counts (`registry.Tally.counts`) and its
     changes per namespace and op (`registry.ops_by`)."""
 
     path: Path
@@ -83,22 +82,15 @@ class _Spool:
         self._sink = pa.OSFile(str(path), "wb")
         self._writer = pa.ipc.new_file(self._sink, ADDRESSED)
         self._digest = hashlib.sha256()
-        self._ops: dict[str, dict[str, int]] = {}
-        self._by_namespace: dict[str, int] = {}
-        self._total = 0
-        self._destructive = 0
+        self._tally = NO_CHANGES
 
     def add(self, part: pa.Table) -> None:
         if part.num_rows == 0:
             return
         self._writer.write_table(part)
         update_joined(self._digest, part["change_id"])
-        # A namespace is never split across ranges, so the parts' counts add up without overlap.
-        self._ops.update(ops_by(part, "namespace"))
-        for item in pc.value_counts(part["namespace"]).to_pylist():
-            self._by_namespace[item["values"]] = item["counts"]
-        self._total += part.num_rows
-        self._destructive += int(pc.sum(part["destructive"]).as_py() or 0)
+        # A namespace is never split across ranges, so the parts' tallies add up without overlap.
+        self._tally = self._tally.plus(tally(part))
 
     def finish(self, warehouse: Warehouse, *, as_of: dt.date, job: str, klass: str) -> SpooledSet:
         self._writer.close()
@@ -109,9 +101,11 @@ class _Spool:
         if not path.exists():
             groups = (named(group, change_set_id) for group in self._groups())
             write_parquet_groups(CHANGE_SCHEMA.with_metadata(meta), groups, path, write_statistics=True)
-        counts = counts_from(self._ops, self._by_namespace, total=self._total, destructive=self._destructive)
         return SpooledSet(
-            path=path, meta=meta, counts=counts, by_namespace_op=dict(sorted(self._ops.items()))
+            path=path,
+            meta=meta,
+            counts=self._tally.counts(),
+            by_namespace_op=dict(sorted(self._tally.by_namespace_op.items())),
         )
 
     def _groups(self) -> Iterator[pa.Table]:
