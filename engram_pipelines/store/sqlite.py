@@ -30,6 +30,7 @@ from engram_pipelines.store.core import (
     BOOL_COLUMNS,
     JSON_COLUMNS,
     TIMESTAMP_COLUMNS,
+    Journal,
     MigrationRequired,
     StoreBusy,
     StoreError,
@@ -156,6 +157,35 @@ class SQLiteStore(Store):
     # One writer at a time: the next sequence number marks everything committed before it.
     _JOURNAL_POSITION = "seq"
     _JOURNAL_MARK_SQL = "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '{journal}'), 0) + 1"
+
+    def prune_journal(self, journal: Journal, below: int) -> None:
+        """As the base class, but where fewer entries stay than go, the few are copied aside and the table is
+        emptied by one unqualified DELETE (SQLite's truncate optimisation: pages dropped, not rows visited).
+        Pruning a 1M store's link journal of the first night's 2.59M entries (114 staying), 2026-12-06: 5.3 s
+        row by row, 4.4 s so from a cold page cache (both mostly reading the journal's pages, which freeing them
+        needs); 1.0 and 0.5 s warm. The sequence (`sqlite_sequence`) is not reset by a DELETE, so marks stay
+        valid, and every entry keeps its own `seq`."""
+        table, position = journal.table, self._JOURNAL_POSITION
+        with self.write_transaction() as cur:
+            # The rowid's ends bound both counts; `seq` has gaps only where entries went, so the bounds are the
+            # counts or near them. Two subqueries, as SQLite seeks an end only for a lone min() or max(): one
+            # query asking both scanned the 2.59M-entry link journal (4.4 s).
+            first, last = cur.execute(
+                f"SELECT (SELECT min({position}) FROM {table}), (SELECT max({position}) FROM {table})"
+            ).fetchone()
+            going = 0 if first is None else max(0, min(below, last + 1) - first)
+            staying = 0 if last is None else max(0, last + 1 - max(below, first))
+            if staying < going:
+                cur.execute(
+                    f"CREATE TEMP TABLE _journal_kept AS SELECT * FROM {table} WHERE {position} >= ?",
+                    (below,),
+                )
+                cur.execute(f"DELETE FROM {table}")
+                cur.execute(f"INSERT INTO {table} SELECT * FROM _journal_kept")
+                cur.execute("DROP TABLE _journal_kept")
+            elif going:
+                cur.execute(f"DELETE FROM {table} WHERE {position} < ?", (below,))
+            cur.execute(f"UPDATE {table}_state SET pruned_below = ? WHERE pruned_below < ?", (below, below))
 
     def _json_object(self, pairs: Sequence[tuple[str, str]]) -> str:
         return "json_object(" + ", ".join(f"'{k}', {v}" for k, v in pairs) + ")"

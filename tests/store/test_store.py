@@ -303,3 +303,32 @@ def test_a_write_lock_held_too_long_fails_naming_the_lock_and_writes_nothing(sto
     holder.join()
     assert store.get("m1") is None
     assert store.insert_memories([memory(1)]) == 1  # released: the next write lands
+
+
+def test_a_pruned_journal_keeps_exactly_the_entries_from_the_mark_on_whichever_way_it_prunes(store):
+    """Pruning drops the entries before the mark and keeps the rest as they were (SQLite copies the few that
+    stay aside and empties the table when fewer stay than go, else deletes the range): the keys journaled from
+    the mark on are the same, nothing is journaled anew, and a read from before the mark is refused."""
+    from engram_pipelines.store.core import MEMORY_JOURNAL
+
+    marks = []
+    for i in range(5):
+        marks.append(store.journal_mark(MEMORY_JOURNAL))
+        store.insert_memories([memory(i)])  # one transaction each: one journal position each
+    end = store.journal_mark(MEMORY_JOURNAL)
+
+    def since(mark: int) -> list[str] | None:
+        keys = store.journal_keys(MEMORY_JOURNAL, mark, 100)
+        return None if keys is None else keys["id"].to_pylist()
+
+    # First more stay than go, then fewer, then none at all.
+    for cut, staying in ((1, ["m1", "m2", "m3", "m4"]), (4, ["m4"]), (5, [])):
+        below = marks[cut] if cut < len(marks) else end
+        store.prune_journal(MEMORY_JOURNAL, below)
+        assert since(below) == staying
+        assert since(marks[cut - 1]) is None  # its entries are gone
+        # SQLite's mark is the next sequence number; PostgreSQL's the transaction id, which the prune moves on.
+        assert store.journal_mark(MEMORY_JOURNAL) >= end and since(end) == []
+    store.insert_memories([memory(9)])
+    assert since(end) == ["m9"]
+    assert store.journal_mark(MEMORY_JOURNAL) > end
