@@ -426,6 +426,11 @@ def _postgres_journal(table: str, journal: str, key: tuple[str, ...]) -> tuple[s
     )
 
 
+# Version 7: the oldest memory found by one index seek. Every code location load and every `run` asks for it
+# (where the daily partitions start, `partitions.start: auto`); without an index it scanned the whole table: 3.9 s
+# of each command at 1M memories from a cold page cache, SQLite, 2026-12-06.
+_CREATED_AT_INDEX = ("CREATE INDEX memories_created_at ON memories (created_at)",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1, "memories, links, audit log, change sets, ledger, recall view", _SQLITE_INITIAL, _POSTGRES_INITIAL
@@ -456,6 +461,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "a journal of the memories written, for snapshots that ask which rows to read again",
         _memory_journal("sqlite"),
         _memory_journal("postgres"),
+    ),
+    Migration(
+        7,
+        "memories indexed by created_at: the oldest memory without a scan",
+        _CREATED_AT_INDEX,
+        _CREATED_AT_INDEX,
     ),
 )
 
