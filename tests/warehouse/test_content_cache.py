@@ -43,3 +43,20 @@ def test_an_arrow_column_is_keyed_and_computed_as_its_python_strings(tmp_path):
     assert from_arrow["length"].to_pylist() == [12, 0, 5, 12, 0]
     stored = pa.concat_tables(pq.read_table(p) for p in sorted((tmp_path / "arrow").glob("*.parquet")))
     assert sorted(stored["sha"].to_pylist()) == sorted({content_sha(t or "") for t in texts})
+
+
+def test_a_key_two_parts_hold_is_found_once(tmp_path):
+    """Two shard steps that computed the same new content at once each wrote a part holding it: a lookup
+    still answers one row per key (and a lookup of disjoint parts answers every key found)."""
+    cache = ContentCache(tmp_path / "lengths")
+    cache.add(pa.table({"sha": ["a", "b"], "length": pa.array([1, 2], pa.int64())}))
+    cache.add(pa.table({"sha": ["b", "c"], "length": pa.array([2, 3], pa.int64())}))
+    found = cache.lookup(["a", "b", "c", "d"])
+    assert found is not None
+    assert sorted(found.to_pylist(), key=lambda r: r["sha"]) == [
+        {"sha": "a", "length": 1},
+        {"sha": "b", "length": 2},
+        {"sha": "c", "length": 3},
+    ]
+    only = cache.lookup(["a", "c"])
+    assert only is not None and sorted(only["sha"].to_pylist()) == ["a", "c"]
