@@ -10,7 +10,7 @@ the uncached one, and the warm scores are compared with the loop's on the sample
 answer. Then the `halflife` and `ebbinghaus` policies over the same rows (no content cues: the arithmetic and the
 outputs alone). Rows/s for each; the aim is >= 5M rows/s for the nightly (warm) path.
 
-The data (since session 3): a unique content per row, 70-150 characters, a quarter of them with cue words, and
+The data: a unique content per row, 70-150 characters, a quarter of them with cue words, and
 `score`/`stale` as the previous night's scoring left them, so only rows crossing the threshold in one day
 transition. Files written by older versions of this script (8 repeated contents, `stale` at random) are
 regenerated.
@@ -45,7 +45,7 @@ AS_OF = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
 
 # Contents are unique per row (a template, row-specific words and a ticket number), 60-150 characters, and a
 # minority (4 of 16 templates, about a quarter of the rows) hold cue words: a store of 8 repeated 35-character
-# strings, as the bench had until session 3, flattered string work and overstated the cue share.
+# strings, as earlier versions of this bench had, flattered string work and overstated the cue share.
 TEMPLATES = [
     "User prefers {w} mode in the {w} editor and asked us to keep {w} settings",
     "The {w} team meets on {w} mornings to review {w} and {w} work",
