@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from engram_pipelines.core.digests import content_sha_sql
 from engram_pipelines.core.duck import duck
+from engram_pipelines.core.sqltext import identifier
 from engram_pipelines.warehouse.parquet import write_parquet
 
 _log = logging.getLogger(__name__)
@@ -36,31 +37,37 @@ class ContentCache:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def lookup(self, shas: Sequence[str] | pa.Array | pa.ChunkedArray) -> pa.Table | None:
-        """The cached rows (a `sha` column plus the cached columns) of those `shas` found; None if none are."""
+    def lookup(
+        self, shas: Sequence[str] | pa.Array | pa.ChunkedArray, columns: Sequence[str] | None = None
+    ) -> pa.Table | None:
+        """The cached rows (a `sha` column plus the cached columns, or only `columns` of them) of those `shas`
+        found; None if none are. Only the columns asked for are read from the parts."""
         files = sorted(self.directory.glob("*.parquet"))
         if not len(shas) or not files:
             return None
         try:
-            found = self._query(files, shas)
+            found = self._query(files, shas, columns)
         except duckdb.Error:
             # Some part is damaged: read each one alone, drop those that fail, ask again.
             files = [f for f in files if self._readable(f)]
             if not files:
                 return None
-            found = self._query(files, shas)
+            found = self._query(files, shas, columns)
         return found if found.num_rows else None
 
     @staticmethod
-    def _query(files: list[Path], shas: Sequence[str] | pa.Array | pa.ChunkedArray) -> pa.Table:
+    def _query(
+        files: list[Path], shas: Sequence[str] | pa.Array | pa.ChunkedArray, columns: Sequence[str] | None
+    ) -> pa.Table:
         """The rows of `shas`, one per key. Parts hold disjoint keys but for a content two concurrent shard
         steps computed at once; keeping the first row of each key in the query (a window over every row found)
         took 40% of a lookup at 1M, so the rows are counted first and only a lookup that found a key twice is
         made distinct (one key's rows are equal: the same content computed alike)."""
+        chosen = "*" if columns is None else ", ".join(f"c.{identifier(c)}" for c in ("sha", *columns))
         with duck() as con:
             con.register("wanted", pa.table({"sha": string_array(shas)}))
             found = con.sql(
-                f"SELECT * FROM read_parquet({[str(f) for f in files]}) c SEMI JOIN wanted w ON w.sha = c.sha"
+                f"SELECT {chosen} FROM read_parquet({[str(f) for f in files]}) c SEMI JOIN wanted w ON w.sha = c.sha"
             ).to_arrow_table()
             if pc.count_distinct(found["sha"]).as_py() == found.num_rows:
                 return found
@@ -93,10 +100,12 @@ def computed_by_content(
     contents: Sequence[str | None] | pa.Array | pa.ChunkedArray,
     compute: Callable[[list[str]], pa.Table],
     cache: ContentCache | None,
+    columns: Sequence[str] | None = None,
 ) -> pa.Table:
     """`compute(texts)` (a table of one row per text, in order) for `contents`, row for row, computing each
     distinct content once; with a `cache`, once across nights: what the cache holds is looked up, the rest is
-    computed and added. A missing content counts as the empty text.
+    computed (every column, for the nights after) and added. With `columns`, only those columns are answered
+    and read from the cache. A missing content counts as the empty text.
 
     The contents' hashes (`content_sha`) and distinct values are found by DuckDB: hashing and collecting 1M
     texts in Python took 3 s of a night's contradictions step; only the texts to compute become Python strings."""
@@ -107,7 +116,7 @@ def computed_by_content(
         wanted = con.sql(f"SELECT {sha} AS sha, position FROM c").to_arrow_table()
         con.register("wanted", wanted)
         unique = con.sql("SELECT DISTINCT sha FROM wanted ORDER BY sha").to_arrow_table()["sha"]
-        known = cache.lookup(unique) if cache is not None else None
+        known = cache.lookup(unique, columns) if cache is not None else None
         if known is not None:
             unique = unique.filter(pc.invert(pc.is_in(unique, value_set=known["sha"])))
         if len(unique) or known is None:
@@ -120,6 +129,8 @@ def computed_by_content(
             fresh = fresh.add_column(0, "sha", todo["sha"])
             if cache is not None:
                 cache.add(fresh)
+            if columns is not None:
+                fresh = fresh.select(["sha", *columns])
             known = fresh if known is None else pa.concat_tables([known.cast(fresh.schema), fresh])
         con.register("known", known)
         return con.sql(

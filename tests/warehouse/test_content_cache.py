@@ -60,3 +60,29 @@ def test_a_key_two_parts_hold_is_found_once(tmp_path):
     ]
     only = cache.lookup(["a", "c"])
     assert only is not None and sorted(only["sha"].to_pylist()) == ["a", "c"]
+
+
+def test_a_narrow_lookup_answers_its_columns_and_the_cache_keeps_every_column(tmp_path):
+    """With `columns`, only those are answered (and read from the parts); what is computed is still kept
+    whole, so a later lookup of other columns finds it without computing it again."""
+    computed: list[list[str]] = []
+
+    def measures(texts: list[str]) -> pa.Table:
+        computed.append(texts)
+        return pa.table(
+            {
+                "length": pa.array([len(t) for t in texts], pa.int64()),
+                "upper": pa.array([t.upper() for t in texts], pa.string()),
+            }
+        )
+
+    cache = ContentCache(tmp_path / "measures")
+    narrow = computed_by_content(["bb", "a", "bb"], measures, cache, columns=["length"])
+    assert narrow.column_names == ["length"] and narrow["length"].to_pylist() == [2, 1, 2]
+    found = cache.lookup([content_sha("a")])
+    assert found is not None and found.column_names == ["sha", "length", "upper"]
+    other = computed_by_content(["ccc", "a"], measures, cache, columns=["upper"])
+    assert other.column_names == ["upper"] and other["upper"].to_pylist() == ["CCC", "A"]
+    assert [sorted(texts) for texts in computed] == [["a", "bb"], ["ccc"]]
+    only = cache.lookup([content_sha("a"), content_sha("ccc")], ["upper"])
+    assert only is not None and only.column_names == ["sha", "upper"]

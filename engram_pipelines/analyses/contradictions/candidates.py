@@ -17,6 +17,19 @@ from engram_pipelines.core.duck import duck
 # subject repeated in 10k memories yields at most K*(K-1)/2 pairs instead of 50M.
 STRUCTURAL_GROUP_LIMIT = 50
 
+# The parsed features the structural join reads: every memory's, where the rules read every feature only of the
+# memories in a candidate pair (`find_contradictions` looks up the two apart).
+STRUCTURAL_COLUMNS = [
+    "id",
+    "subject",
+    "relation",
+    "value",
+    "negated",
+    "pronoun_subject",
+    "single_valued",
+    "quantity_key",
+]
+
 
 def structural_candidates(
     features: pa.Table, namespaces: pa.Table, group_limit: int = STRUCTURAL_GROUP_LIMIT
@@ -36,18 +49,7 @@ def structural_candidates(
     with duck() as con:
         con.register(
             "features",
-            features.select(
-                [
-                    "id",
-                    "subject",
-                    "relation",
-                    "value",
-                    "negated",
-                    "pronoun_subject",
-                    "single_valued",
-                    "quantity_key",
-                ]
-            ),
+            features.select(STRUCTURAL_COLUMNS),
         )
         con.register("namespaces", namespaces)
         return con.sql(

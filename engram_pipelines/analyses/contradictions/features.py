@@ -491,13 +491,20 @@ def cached_memory_features(
     contents: Sequence[str] | pa.Array | pa.ChunkedArray,
     rules: RuleBook,
     cache_root: Path,
+    columns: Sequence[str] | None = None,
 ) -> pa.Table:
-    """`memory_features`, parsing each distinct content once across nights (cached by content hash under
-    <cache_root>/contradiction_features/, per parser version and rules): a quiet night parses only what is new."""
+    """`memory_features` (`id` and only `columns` of them, when given), parsing each distinct content once
+    across nights (cached by content hash under <cache_root>/contradiction_features/, per parser version and
+    rules): a quiet night parses only what is new."""
+    names = [n for n in (columns or FEATURES_SCHEMA.names) if n != "id"]
+    schema = pa.schema([FEATURES_SCHEMA.field("id"), *(FEATURES_SCHEMA.field(n) for n in names)])
     if not len(ids):  # an empty store: nothing to parse (and no cached columns to shape a result from)
-        return FEATURES_SCHEMA.empty_table()
+        return schema.empty_table()
     cache = ContentCache(cache_root / "contradiction_features" / f"v{FEATURES_VERSION}-{rules.fingerprint}")
     parsed = computed_by_content(
-        contents, lambda texts: memory_features(texts, texts, rules).drop_columns(["id"]), cache
+        contents,
+        lambda texts: memory_features(texts, texts, rules).drop_columns(["id"]),
+        cache,
+        None if columns is None else names,
     )
-    return parsed.add_column(0, "id", string_array(ids)).cast(FEATURES_SCHEMA)
+    return parsed.add_column(0, "id", string_array(ids)).cast(schema)

@@ -22,7 +22,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engram_pipelines.analyses.contradictions.candidates import explicit_candidates_of, structural_candidates
+from engram_pipelines.analyses.contradictions.candidates import (
+    STRUCTURAL_COLUMNS,
+    explicit_candidates_of,
+    structural_candidates,
+)
 from engram_pipelines.analyses.contradictions.detect import detect
 from engram_pipelines.analyses.contradictions.features import cached_memory_features, memory_features
 from engram_pipelines.analyses.contradictions.rules import RuleBook, load_rules
@@ -106,12 +110,24 @@ def find_contradictions(
 
     With `cache_root` (the warehouse), parsed features are reused across nights by content hash."""
     rules = load_rules(config.contradiction.rules_path)
-    features = (
-        cached_memory_features(memories["id"], memories["content"], rules, cache_root)
-        if cache_root is not None
-        else memory_features(memories["id"].to_pylist(), memories["content"].to_pylist(), rules)
-    )
-    candidates = _candidates(memories, pairs, features, rules, config)
+    if cache_root is None:
+        features = memory_features(memories["id"].to_pylist(), memories["content"].to_pylist(), rules)
+        candidates = _candidates(memories, pairs, features, rules, config)
+    else:
+        # Every row's claim for the structural join, every feature only of the rows in a candidate pair:
+        # reading all 28 columns of every row's cached features was most of the step (0.55 of 1.05 s for the
+        # lookup at 205k rows, against 0.09 s for the claim's 8).
+        claims = cached_memory_features(
+            memories["id"], memories["content"], rules, cache_root, STRUCTURAL_COLUMNS
+        )
+        candidates = _candidates(memories, pairs, claims, rules, config)
+        paired = memories.select(["id", "content"]).filter(
+            pc.is_in(
+                memories["id"],
+                value_set=pa.concat_arrays([candidates[c].combine_chunks() for c in ("left_id", "right_id")]),
+            )
+        )
+        features = cached_memory_features(paired["id"], paired["content"], rules, cache_root)
     found = detect(candidates, features, rules) if candidates.num_rows else None
     table = (
         found.select([f.name for f in CONTRADICTION_SCHEMA]).cast(CONTRADICTION_SCHEMA).sort_by(TABLE_ORDER)

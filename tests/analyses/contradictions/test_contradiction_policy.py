@@ -164,3 +164,19 @@ def test_a_namespace_whose_inputs_moved_is_computed_again_and_the_others_are_reu
             scratch.found_by_source,
         )
     assert any(r["namespace"] == "ns2" for r in result.table.to_pylist()), "ns2's pair was found"
+
+
+def test_features_looked_up_by_use_give_what_every_feature_of_every_row_gives(tmp_path):
+    """With a cache, every row's claim is looked up for the structural join and every feature only of the rows
+    in a candidate pair: the result is the one parsing every row whole gives, on a first night (nothing
+    cached) and on the next, an edited row new to the cache."""
+    pairs = _pairs([("m2", "m3", 0.9), ("m4", "m5", 0.93)])
+    edited = [dict(r) for r in MEMORIES]
+    edited[1]["content"] = "Alice lives in Madrid"
+    for rows in (MEMORIES, edited):
+        memories = snapshot(rows)
+        cached = find_contradictions(memories, pairs, Config(), cache_root=tmp_path)
+        whole = find_contradictions(memories, pairs, Config())
+        assert cached.table.num_rows == 3
+        assert cached.table.equals(whole.table) and cached.intents.equals(whole.intents)
+        assert cached.candidate_counts.equals(whole.candidate_counts)
