@@ -114,9 +114,9 @@ def find_contradictions(
         features = memory_features(memories["id"].to_pylist(), memories["content"].to_pylist(), rules)
         candidates = _candidates(memories, pairs, features, rules, config)
     else:
-        # Every row's claim for the structural join, every feature only of the rows in a candidate pair:
-        # reading all 28 columns of every row's cached features was most of the step (0.55 of 1.05 s for the
-        # lookup at 205k rows, against 0.09 s for the claim's 8).
+        # Every row's claim for the structural join, every feature only of the rows in a candidate pair: at 1M
+        # rows, all 28 cached columns of every row were read in 1.73 s and put in row order in 1.18 s, the
+        # claim's 8 are read in 0.36 s and the paired rows' (141k contents) in 0.81 s.
         claims = cached_memory_features(
             memories["id"], memories["content"], rules, cache_root, STRUCTURAL_COLUMNS
         )
