@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.timing import repeated  # noqa: E402
 from engram_pipelines.analyses.contradictions.features import memory_features  # noqa: E402
 from engram_pipelines.analyses.contradictions.rules import load_rules  # noqa: E402
 from engram_pipelines.core.digests import content_sha_sql  # noqa: E402
@@ -45,16 +46,6 @@ def windowed(cache: ContentCache, shas: pa.Array) -> pa.Table:
             f"SELECT * FROM read_parquet({files}) c SEMI JOIN wanted w ON w.sha = c.sha "
             "QUALIFY row_number() OVER (PARTITION BY c.sha) = 1"
         ).to_arrow_table()
-
-
-def timed(method, cache: ContentCache, shas: pa.Array, repeats: int) -> tuple[list[float], pa.Table]:
-    seconds, found = [], None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        found = method(cache, shas)
-        seconds.append(time.perf_counter() - started)
-    assert found is not None
-    return seconds, found
 
 
 def main() -> None:
@@ -92,8 +83,10 @@ def main() -> None:
             con.register("c", pa.table({"content": contents.take(pa.array(order))}))
             shas = con.sql(f"SELECT {content_sha_sql('content')} AS sha FROM c").to_arrow_table()["sha"]
         shas = shas.combine_chunks()
-        ours, found = timed(lambda c, s: c.lookup(s), cache, shas, args.repeats)
-        simple, expected = timed(windowed, cache, shas, args.repeats)
+        ours, found = repeated(lambda: cache.lookup(shas), args.repeats)
+        simple, expected = repeated(lambda: windowed(cache, shas), args.repeats)
+        if found is None:
+            raise SystemExit("the lookup found none of the keys")
         same = found.sort_by("sha").equals(expected.sort_by("sha"))
         if not same or found.num_rows != len(shas):
             raise SystemExit("the two lookups answered different rows")

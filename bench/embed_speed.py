@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.paths import SHARED_DATA  # noqa: E402
+from bench.timing import repeated  # noqa: E402
 from engram_pipelines.core.progress import SilentProgress  # noqa: E402
 from engram_pipelines.vectors.embeddings import MINILM_L3, MiniLMEmbedder, embed_in_batches  # noqa: E402
 
@@ -34,15 +34,6 @@ def sentences(rows: int) -> list[str]:
             if key.startswith("session_") and isinstance(turns, list):
                 texts += [f"{t['speaker']}: {t['text']}" for t in turns]
     return texts[:rows]
-
-
-def timed(fn, repeat: int) -> tuple[float, np.ndarray]:
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - started)
-    return best, out
 
 
 def main() -> None:
@@ -85,7 +76,8 @@ def main() -> None:
     print("| method | seconds | sentences/s | x simple | max abs diff | min cosine |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, fn in methods.items():
-        seconds, vectors = timed(fn, args.repeat)
+        runs, vectors = repeated(fn, args.repeat)
+        seconds = min(runs)
         if base is None:
             base = (seconds, vectors)
         same_space = not name.startswith(MINILM_L3.name)
