@@ -52,17 +52,7 @@ def every_feature(
     rules = load_rules(config.contradiction.rules_path)
     features = cached_memory_features(memories["id"], memories["content"], rules, cache_root)
     candidates = policy._candidates(memories, pairs, features, rules, config)
-    found = policy.detect(candidates, features, rules) if candidates.num_rows else None
-    table = (
-        found.select(policy.CONTRADICTION_SCHEMA.names)
-        .cast(policy.CONTRADICTION_SCHEMA)
-        .sort_by(policy.TABLE_ORDER)
-        if found is not None
-        else policy.CONTRADICTION_SCHEMA.empty_table()
-    )
-    return policy.contradiction_result(
-        table, policy._intents(table, memories, config), policy._candidate_counts(candidates)
-    )
+    return policy.confirmed(memories, candidates, features, rules, config)
 
 
 def demo_warehouse(size: int, work: Path) -> tuple[Path, dt.date]:

@@ -128,6 +128,14 @@ def find_contradictions(
             )
         )
         features = cached_memory_features(paired["id"], paired["content"], rules, cache_root)
+    return confirmed(memories, candidates, features, rules, config)
+
+
+def confirmed(
+    memories: pa.Table, candidates: pa.Table, features: pa.Table, rules: RuleBook, config: Config
+) -> ContradictionResult:
+    """The candidates the rules confirm (`features` hold at least the rows of every candidate pair), with the
+    intents the configured policy proposes."""
     found = detect(candidates, features, rules) if candidates.num_rows else None
     table = (
         found.select([f.name for f in CONTRADICTION_SCHEMA]).cast(CONTRADICTION_SCHEMA).sort_by(TABLE_ORDER)
