@@ -18,6 +18,7 @@ from engram_pipelines.config.model import Config
 from engram_pipelines.config.switches import switched_intents
 from engram_pipelines.core.timestamps import end_of_day, utc_now
 from engram_pipelines.store import ChangeSetRecord, Store
+from engram_pipelines.warehouse import shared_reads
 from engram_pipelines.warehouse.tables import Warehouse
 
 
@@ -33,6 +34,8 @@ def propose_change_sets(
     """(review class -> the set of the proposals of `sources`, written and registered; what the volume guard
     held for review: `guard.hold_for_review`). The held set's counts record them as `held_for_review`, beside
     `waiting_in`: per earlier set, the held changes that wait there (`waiting.without_waiting`)."""
+    # The analyses' shared reads (the links, the decay scores) are not read again tonight.
+    shared_reads.forget()
     # One read of the snapshot serves the guard (namespaces, zones) and compose (the rows it folds).
     memories = warehouse.read_table("memories", as_of, columns=[*SNAPSHOT_COLUMNS, "namespace"])
     intents, held = guarded_intents(warehouse, as_of, sources, config, memories)

@@ -41,6 +41,7 @@ from engram_pipelines.warehouse.layers import (
 from engram_pipelines.warehouse.parquet import codecs, read_parquet, write_parquet
 from engram_pipelines.warehouse.raw_vectors import link_raw, link_raw_copies
 from engram_pipelines.warehouse.shards import namespaces_in_shard
+from engram_pipelines.warehouse.shared_reads import SHARED, read_shared
 
 # Tables written per as-of partition, each a directory under the warehouse.
 PARTITIONED_TABLES = (
@@ -243,8 +244,8 @@ class Warehouse:
         keep: bool = True,
     ) -> pa.Table:
         """The partition's rows (of `namespaces` only and with `ids` only, when given) and `columns`, plain or
-        layered alike. `keep=False`: a layered partition no later reader in this process asks for again
-        (`read_layered`)."""
+        layered alike. `keep=False`: a partition no later reader in this process asks for again
+        (`read_layered`, `shared_reads`)."""
         layers = self.layers(table, as_of)
         if layers is not None:
             return read_layered(layers, columns, namespaces, ids=ids, keep=keep)
@@ -253,6 +254,8 @@ class Warehouse:
             raise FileNotFoundError(
                 f"no {table} partition for {as_of} under {self.root} (materialise the snapshot for that date first)"
             )
+        if table in SHARED and keep and namespaces is None and ids is None:
+            return read_shared(table, path, columns)  # read by several steps: once per process
         return read_parquet(path, columns, namespaces, ids)
 
     def read_shard(

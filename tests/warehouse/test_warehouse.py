@@ -152,3 +152,36 @@ def test_a_replaced_layered_partition_is_read_again_not_answered_from_the_last_m
         chosen = wh.read_table("memories", day2, ["content", "id"], namespaces=["ns4"])
         ns4 = expected.filter(pa.compute.equal(expected["namespace"], "ns4"))
         assert chosen.equals(ns4.select(["content", "id"]))
+
+
+def test_a_table_several_steps_read_is_read_once_per_partition_file(tmp_path):
+    """Links (read by five steps of a night) come from one read of the file while the file stands; a partition
+    written again, or another day's, is read from its own file; a read of some namespaces reads the file."""
+    from engram_pipelines.warehouse import shared_reads
+
+    day1, day2 = dt.date(2026, 11, 28), dt.date(2026, 11, 29)
+    wh = Warehouse(tmp_path)
+
+    def links(weight: float) -> pa.Table:
+        return pa.table(
+            {
+                "namespace": ["a", "a", "b"],
+                "src_id": ["m1", "m2", "m3"],
+                "dst_id": ["m2", "m3", "m4"],
+                "weight": [weight, weight / 2, weight / 4],
+            }
+        )
+
+    shared_reads._KEPT.clear()
+    wh.write_table("links", day1, links(1.0))
+    first = wh.read_table("links", day1)
+    assert first.equals(links(1.0))
+    assert wh.read_table("links", day1) is first  # the second read is the kept one
+    assert wh.read_table("links", day1, ["weight", "src_id"]).equals(links(1.0).select(["weight", "src_id"]))
+    assert wh.read_table("links", day1, namespaces=["b"]).equals(links(1.0).slice(2))
+    wh.write_table("links", day1, links(0.5))  # replaced: another file
+    assert wh.read_table("links", day1).equals(links(0.5))
+    wh.write_table("links", day2, links(0.25))
+    assert wh.read_table("links", day2).equals(links(0.25))
+    assert len(shared_reads._KEPT) == 1  # one partition per table
+    assert wh.read_table("links", day1).equals(links(0.5))
