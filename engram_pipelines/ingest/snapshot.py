@@ -36,6 +36,7 @@ from engram_pipelines.store.core import LINK_JOURNAL, MEMORY_JOURNAL
 from engram_pipelines.warehouse.parquet import read_parquet
 from engram_pipelines.warehouse.schemas import memory_row_problems
 from engram_pipelines.warehouse.tables import Warehouse
+from engram_pipelines.warehouse.written import marks_text, write_written
 
 QUARANTINE_SAMPLE = 20
 STATE_FILE = "snapshot_state.json"
@@ -117,8 +118,17 @@ def take_snapshot(
     result.memories_path = str(warehouse.partition_dir("memories", as_of))
     result.quarantine_path = str(warehouse.table_path("quarantine", as_of))
 
-    links_mark = _snapshot_links(store, warehouse, as_of, previous, batch_size, progress, result)
+    links_mark, link_keys = _snapshot_links(store, warehouse, as_of, previous, batch_size, progress, result)
     result.links_path = str(warehouse.table_path("links", as_of))
+    # What was read again, for the analyses that judge only what it can have changed (`warehouse/written.py`).
+    write_written(
+        warehouse,
+        as_of,
+        ids=written if result.mode == "incremental" else None,
+        link_keys=link_keys,
+        marks=marks_text(memories_mark, links_mark),
+        since=None if previous is None else marks_text(previous["memories_mark"], previous["links_mark"]),
+    )
     _write_state(warehouse, as_of, store, embedding_dim, full_at, result.rows_read, memories_mark, links_mark)
     # Pruned up to what the night before this one read, whatever its mode: a night of slack for its re-run.
     if saved is not None and saved.get("store") == _store_identity(store):
@@ -136,8 +146,9 @@ def _snapshot_links(
     batch_size: int,
     progress: Progress,
     result: SnapshotResult,
-) -> int:
-    """Write `as_of`'s links; returns the store's link journal mark taken before they were read.
+) -> tuple[int, pa.Table | None]:
+    """Write `as_of`'s links; returns the store's link journal mark taken before they were read, and the keys
+    (src_id, dst_id, kind) of the links read again (None when all were read).
 
     Incremental when the previous snapshot is a trusted base and saved its mark: the links journaled since
     (inserted, updated or deleted) are read again by key and merged into the previous partition; the rest is
@@ -172,12 +183,12 @@ def _snapshot_links(
                 result.links_read += batch.num_rows
                 progress.advance(batch.num_rows)
         progress.finish()
-        return mark
+        return mark, None
     assert base is not None
     if not len(keys):
         warehouse.link_partition("links", base, as_of)
         result.links = _row_count(warehouse, "links", as_of)
-        return mark
+        return mark, keys
     progress.start("snapshot links (written since the last snapshot)", len(keys))
     fresh = store.links_of(keys)
     progress.advance(len(keys))
@@ -197,7 +208,8 @@ def _snapshot_links(
         ).to_arrow_table()
     warehouse.write_table("links", as_of, links.cast(records.LINK_SCHEMA))
     result.links, result.links_read = links.num_rows, fresh.num_rows
-    return mark
+    key = ["src_id", "dst_id", "kind"]
+    return mark, pa.concat_tables([keys.select(key), fresh.select(key).cast(keys.select(key).schema)])
 
 
 def _full(

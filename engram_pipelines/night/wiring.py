@@ -26,6 +26,8 @@ from engram_pipelines.analyses.lifecycle.decay import CueCache, decay_intents, d
 from engram_pipelines.analyses.lifecycle.promotion import promotion_intents, promotions
 from engram_pipelines.analyses.lifecycle.retention import leaving_active, retention_intents, retention_moves
 from engram_pipelines.analyses.lifecycle.retention_due import retention_reusing
+from engram_pipelines.analyses.links.gc import garbage_links
+from engram_pipelines.analyses.links.gc_reuse import gc_reusing
 from engram_pipelines.analyses.merges.collapse import MergeResult, collapse_duplicates, consolidate
 from engram_pipelines.analyses.projection import project_auto_transitions
 from engram_pipelines.analyses.result import AnalysisResult
@@ -33,6 +35,7 @@ from engram_pipelines.changes.guard import held_targets
 from engram_pipelines.config.model import Config
 from engram_pipelines.config.switches import applied_tonight
 from engram_pipelines.warehouse.vector_digests import VectorSource
+from engram_pipelines.warehouse.written import Written
 
 
 def decay_for_day(
@@ -83,6 +86,25 @@ def contradictions_for_day(
         result.figures.update({"reused": False, "namespaces_computed": len(pc.unique(memories["namespace"]))})
         return result
     return contradictions_reusing(memories, pairs, config, cache_root=cache_root)
+
+
+def gc_for_day(
+    memories: pa.Table,
+    links: pa.Table,
+    quarantined: pa.Table,
+    config: Config,
+    at: dt.datetime,
+    *,
+    written: Written | None,
+    cache_root: Path | None = None,
+) -> tuple[AnalysisResult, int]:
+    """The links to delete and how many links were judged; with `cache_root` (the warehouse) and
+    `execution.reuse`, only those whose verdict can have changed since last night (`written`: what tonight's
+    snapshot read again; `analyses/links/gc_reuse.py`)."""
+    if cache_root is None or not config.execution.reuse:
+        return garbage_links(memories, links, at, quarantined=quarantined), links.num_rows
+    found = gc_reusing(memories, links, at, quarantined=quarantined, written=written, cache_root=cache_root)
+    return found.result, found.judged
 
 
 def semantic_view(

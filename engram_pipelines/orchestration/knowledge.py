@@ -8,14 +8,14 @@ import pyarrow as pa
 from engram_pipelines.analyses.knowledge.compression import COMPRESSION_SCHEMA, compression
 from engram_pipelines.analyses.knowledge.semantic import SEMANTIC_SCHEMA
 from engram_pipelines.analyses.links.associations import ASSOCIATION_SCHEMA, associations
-from engram_pipelines.analyses.links.gc import GC_SCHEMA, garbage_links
+from engram_pipelines.analyses.links.gc import GC_SCHEMA
 from engram_pipelines.analyses.links.temporal import TEMPORAL_SCHEMA, temporal_edges
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.changes.guard import GUARD_COLUMNS
 from engram_pipelines.changes.propose import proposed_intents
 from engram_pipelines.core.registry import NAMES, inputs_of
 from engram_pipelines.core.timestamps import end_of_day
-from engram_pipelines.night.wiring import semantic_for_day, semantic_view
+from engram_pipelines.night.wiring import gc_for_day, semantic_for_day, semantic_view
 from engram_pipelines.orchestration.metadata import (
     Lineage,
     column_lineage,
@@ -27,6 +27,7 @@ from engram_pipelines.orchestration.partitions import as_of_date, as_of_partitio
 from engram_pipelines.orchestration.resources import EngramConfigResource, WarehouseResource
 from engram_pipelines.warehouse.tables import Warehouse
 from engram_pipelines.warehouse.vector_digests import stored_vectors
+from engram_pipelines.warehouse.written import read_written
 
 _COMMON: dict[str, Any] = {
     "partitions_def": as_of_partitions,
@@ -299,17 +300,27 @@ _GC_LINEAGE: Lineage = {
     description=(
         "Link garbage collection (seed 001): links whose endpoint no longer exists, self-links, links across "
         "namespaces, links between two rows queued for purge, and duplicate symmetric links are deleted "
-        "(audited, revertible). Quarantined rows still exist, so their links are kept. Class auto."
+        "(audited, revertible). Quarantined rows still exist, so their links are kept. Class auto. Judges only "
+        "the links whose verdict can have changed since last night (execution.reuse; metadata links_judged)."
     ),
     **_COMMON,
 )
-def gc(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def gc(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource, engram_config: EngramConfigResource
+) -> dg.MaterializeResult:
     as_of, wh = as_of_date(context), warehouse.get()
-    result = garbage_links(
+    links = wh.read_table("links", as_of)
+    result, judged = gc_for_day(
         wh.read_memories(as_of),
-        wh.read_table("links", as_of),
+        links,
+        wh.read_table("quarantine", as_of, columns=["id"]),
+        engram_config.for_run(wh),
         end_of_day(as_of),
-        quarantined=wh.read_table("quarantine", as_of, columns=["id"]),
+        written=read_written(wh, as_of),
+        cache_root=wh.root,
+    )
+    context.log.info(
+        f"gc: judged {judged:,} of {links.num_rows:,} links, {result.table.num_rows:,} to delete"
     )
     return _finish(
         wh,
@@ -319,4 +330,5 @@ def gc(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.Ma
         GC_SCHEMA,
         ["namespace", "src_id", "dst_id", "kind", "finding"],
         _GC_LINEAGE,
+        links_judged=judged,  # the others' verdicts were last night's (execution.reuse)
     )

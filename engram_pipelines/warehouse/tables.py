@@ -50,6 +50,7 @@ PARTITIONED_TABLES = (
     "quarantine",
     "embeddings",
     "similarity_pairs",
+    "written",  # what an incremental snapshot read again (`written.py`)
     *NAMES,  # one table per analysis
     "proposals",
 )

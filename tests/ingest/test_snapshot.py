@@ -420,3 +420,40 @@ def test_a_store_migrated_to_the_memory_journal_reads_whole_once_then_only_what_
         store.update_memory("m4", 1, content="m4 says something new")
         second = take_snapshot(store, warehouse, AS_OF + dt.timedelta(days=2))
         assert (second.mode, second.reread, second.memories) == ("incremental", 1, 10)
+
+
+def test_each_snapshot_records_what_it_read_again_and_which_snapshot_that_is_relative_to(store, tmp_path):
+    """The `written` partition: nothing to go by after a full read; after an incremental one, the memories and
+    links the journals named (edited, deleted, inserted), relative to the marks of the snapshot before."""
+    import datetime as dt
+
+    from engram_pipelines.warehouse.tables import Warehouse
+    from engram_pipelines.warehouse.written import read_written
+    from tests.support.world import link
+
+    store.insert_memories([memory(i, namespace="ns1") for i in range(10)])
+    store.insert_links([link(f"m{i}", f"m{i + 1}", "temporal") for i in range(5)])
+    wh = Warehouse(tmp_path)
+    days = [AS_OF + dt.timedelta(days=n) for n in range(3)]
+    take_snapshot(store, wh, days[0])
+    first = read_written(wh, days[0])
+    assert first is not None and not first.incremental and first.marks
+    take_snapshot(store, wh, days[1])
+    quiet = read_written(wh, days[1])
+    assert quiet.since == first.marks and not len(quiet.ids) and not quiet.link_keys.num_rows
+    (version,) = store.query(store._sql("SELECT version FROM memories WHERE id = ?"), ("m2",))[0]
+    store.update_memory("m2", version, content="edited by an agent")
+    with store.write_transaction() as cur:
+        cur.execute(store._sql("DELETE FROM memories WHERE id = ?"), ("m7",))
+        cur.execute(store._sql("DELETE FROM memory_links WHERE src_id = ?"), ("m1",))
+    store.insert_links([link("m8", "m9", "associated")])
+    take_snapshot(store, wh, days[2])
+    busy = read_written(wh, days[2])
+    assert busy.since == quiet.marks and busy.marks != quiet.marks
+    assert set(busy.ids.to_pylist()) == {"m2", "m7"}
+    assert set(zip(*(busy.link_keys[c].to_pylist() for c in ("src_id", "dst_id", "kind")), strict=True)) == {
+        ("m1", "m2", "temporal"),
+        ("m8", "m9", "associated"),
+    }
+    take_snapshot(store, wh, days[2], incremental=False)
+    assert not read_written(wh, days[2]).incremental

@@ -53,14 +53,25 @@ _REASONS = {
 }
 
 
+LINK_COLUMNS = ["namespace", "src_id", "dst_id", "kind", "created_at"]
+
+
 def garbage_links(
-    memories: pa.Table, links: pa.Table, at: dt.datetime, *, quarantined: pa.Table | None = None
+    memories: pa.Table,
+    links: pa.Table,
+    at: dt.datetime,
+    *,
+    quarantined: pa.Table | None = None,
+    judged: pa.Table | None = None,
 ) -> AnalysisResult:
-    """Links to delete; its table has GC_SCHEMA, its intents are auto. `quarantined`: any table with an `id` column."""
+    """Links to delete; its table has GC_SCHEMA, its intents are auto. `quarantined`: any table with an `id` column.
+    `judged`: the links to judge (rows of `links`; all of them when None); each is judged against all `links`
+    (its twin may be any of them)."""
     with duck() as con:
         con.execute("SET TimeZone = 'UTC'")
         con.register("m", memories.select(["id", "namespace", "zone"]))
-        con.register("l", links.select(["namespace", "src_id", "dst_id", "kind", "created_at"]))
+        con.register("l", links.select(LINK_COLUMNS))
+        con.register("c", (links if judged is None else judged).select(LINK_COLUMNS))
         known = (
             quarantined.select(["id"])
             if quarantined is not None
@@ -75,11 +86,11 @@ def garbage_links(
                     a.zone AS src_zone, b.zone AS dst_zone,
                     (a.id IS NULL AND l.src_id NOT IN (SELECT id FROM q))
                         OR (b.id IS NULL AND l.dst_id NOT IN (SELECT id FROM q)) AS missing
-                FROM l LEFT JOIN m a ON a.id = l.src_id LEFT JOIN m b ON b.id = l.dst_id
+                FROM c l LEFT JOIN m a ON a.id = l.src_id LEFT JOIN m b ON b.id = l.dst_id
             ),
             -- Of a symmetric relation stated both ways, the one that is not kept.
             duplicate AS (
-                SELECT x.src_id, x.dst_id, x.kind FROM l x JOIN l y
+                SELECT x.src_id, x.dst_id, x.kind FROM c x JOIN l y
                   ON y.src_id = x.dst_id AND y.dst_id = x.src_id AND y.kind = x.kind
                 WHERE x.kind IN ({kinds}) AND x.src_id <> x.dst_id
                   AND (y.created_at < x.created_at OR (y.created_at = x.created_at AND y.src_id < x.src_id))
