@@ -81,7 +81,10 @@ def _kept_pairs(
                 WHERE p.score >= {float(low)!r} AND p.score < {float(high)!r} AND p.left_id <> p.right_id
                 GROUP BY ALL
             ),
-            linked AS (SELECT DISTINCT least(src_id, dst_id) AS a, greatest(src_id, dst_id) AS b FROM l),
+            -- Only a link between two band rows can match a band pair: the links from one are enough to look at
+            -- (all 2.86M links' distinct ends were 0.4 of the step's 0.83 s on a 1M night, 2026-12-07).
+            linked AS (SELECT DISTINCT least(src_id, dst_id) AS a, greatest(src_id, dst_id) AS b FROM l
+                       SEMI JOIN (SELECT a AS id FROM band UNION SELECT b FROM band) e ON e.id = l.src_id),
             associated AS (
                 SELECT namespace, least(src_id, dst_id) AS a, greatest(src_id, dst_id) AS b, max(weight) AS weight
                 FROM l WHERE kind = 'associated' AND src_id <> dst_id GROUP BY ALL
