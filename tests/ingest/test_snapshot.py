@@ -431,8 +431,9 @@ def test_each_snapshot_records_what_it_read_again_and_which_snapshot_that_is_rel
     from engram_pipelines.warehouse.written import read_written
     from tests.support.world import link
 
-    store.insert_memories([memory(i, namespace="ns1") for i in range(10)])
-    store.insert_links([link(f"m{i}", f"m{i + 1}", "temporal") for i in range(5)])
+    # Enough rows that two written are read as such (above `FULL_READ_SHARE` of them, all would be read again).
+    store.insert_memories([memory(i, namespace="ns1") for i in range(20)])
+    store.insert_links([link(f"m{i}", f"m{i + 1}", "temporal") for i in range(19)])
     wh = Warehouse(tmp_path)
     days = [AS_OF + dt.timedelta(days=n) for n in range(3)]
     take_snapshot(store, wh, days[0])
