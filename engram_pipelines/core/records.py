@@ -70,6 +70,7 @@ LINK_FIELDS: list[pa.Field] = [
 ]
 LINK_COLUMNS: list[str] = [f.name for f in LINK_FIELDS]
 LINK_TIMESTAMP_COLUMNS = [f.name for f in LINK_FIELDS if f.type == TIMESTAMP]
+LINK_KEY = ("src_id", "dst_id", "kind")  # the store's primary key of a link
 
 
 def memory_schema(embedding_dim: int | None) -> pa.Schema:

@@ -208,7 +208,7 @@ def _snapshot_links(
         ).to_arrow_table()
     warehouse.write_table("links", as_of, links.cast(records.LINK_SCHEMA))
     result.links, result.links_read = links.num_rows, fresh.num_rows
-    key = ["src_id", "dst_id", "kind"]
+    key = list(records.LINK_KEY)
     return mark, pa.concat_tables([keys.select(key), fresh.select(key).cast(keys.select(key).schema)])
 
 

@@ -308,7 +308,7 @@ class StoreCore(ABC):
         return out
 
 
-LINK_KEY = ("src_id", "dst_id", "kind")
+LINK_KEY = records.LINK_KEY
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from engram_pipelines.core.records import LINK_KEY
 from engram_pipelines.warehouse.tables import Warehouse
 
 TABLE = "written"
@@ -70,7 +71,7 @@ def write_written(
     none = pa.nulls(memory_rows, pa.string())
     parts = [pa.table([ids if ids is not None else none, none, none, none], schema=SCHEMA)]
     if link_keys is not None and link_keys.num_rows:
-        keys = link_keys.select(["src_id", "dst_id", "kind"])
+        keys = link_keys.select(list(LINK_KEY))
         parts.append(
             pa.table(
                 [
@@ -94,7 +95,7 @@ def read_written(warehouse: Warehouse, as_of: dt.date) -> Written | None:
     memory = pc.is_valid(table["id"])
     return Written(
         ids=table["id"].filter(memory).combine_chunks(),
-        link_keys=table.filter(pc.invert(memory)).select(["src_id", "dst_id", "kind"]),
+        link_keys=table.filter(pc.invert(memory)).select(list(LINK_KEY)),
         marks=meta.get(b"marks", b"").decode(),
         since=meta.get(b"since", b"").decode(),
     )

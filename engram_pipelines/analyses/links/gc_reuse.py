@@ -30,6 +30,7 @@ import pyarrow as pa
 from engram_pipelines.analyses.links.gc import LINK_COLUMNS, garbage_links
 from engram_pipelines.analyses.result import AnalysisResult
 from engram_pipelines.core.duck import duck
+from engram_pipelines.core.records import LINK_KEY
 from engram_pipelines.core.timestamps import format_timestamp
 from engram_pipelines.warehouse.kept import read_kept, write_kept
 from engram_pipelines.warehouse.written import Written
@@ -80,7 +81,7 @@ def gc_reusing(
 
 def _to_judge(links: pa.Table, written: Written, findings: pa.Table, earlier: dt.datetime) -> pa.Table:
     """The links whose verdict can differ from last night's (see the module)."""
-    key = ["src_id", "dst_id", "kind"]
+    key = list(LINK_KEY)
     with duck() as con:
         con.execute("SET TimeZone = 'UTC'")
         con.register("l", links.select(LINK_COLUMNS))
