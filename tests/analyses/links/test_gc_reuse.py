@@ -32,6 +32,10 @@ def _links(links: dict[tuple[str, str, str], dict]) -> pa.Table:
     return links_table([links[k] for k in sorted(links)])
 
 
+def _link(src: str, dst: str, kind: str, namespace: str, created: dt.datetime) -> dict:
+    return link(src, dst, kind, namespace=namespace, created_at=created, updated_at=created)
+
+
 def test_findings_judged_from_what_was_written_equal_a_judgement_of_every_link(tmp_path: Path):
     rng = random.Random(7)
     ids = [f"m{i:02d}" for i in range(40)]
@@ -44,23 +48,10 @@ def test_findings_judged_from_what_was_written_equal_a_judgement_of_every_link(t
         dst = rng.choice([*ids, "gone2"]) if rng.random() < 0.9 else src
         kind = rng.choice(KINDS)
         created = at - dt.timedelta(hours=rng.choice([1, 30, 200]))
-        links[(src, dst, kind)] = link(
-            src,
-            dst,
-            kind,
-            namespace=rows.get(src, {"namespace": "ns1"})["namespace"],
-            created_at=created,
-            updated_at=created,
-        )
+        namespace = rows.get(src, {"namespace": "ns1"})["namespace"]
+        links[(src, dst, kind)] = _link(src, dst, kind, namespace, created)
         if kind in ("associated", "contradicts") and rng.random() < 0.3:  # its twin, stated the other way
-            links[(dst, src, kind)] = link(
-                dst,
-                src,
-                kind,
-                namespace=links[(src, dst, kind)]["namespace"],
-                created_at=created,
-                updated_at=created,
-            )
+            links[(dst, src, kind)] = _link(dst, src, kind, namespace, created)
             return (dst, src, kind)
         return (src, dst, kind)
 
@@ -107,20 +98,13 @@ def test_findings_judged_from_what_was_written_equal_a_judgement_of_every_link(t
             ]
             src, dst, kind = rng.choice(single)
             older = links[(src, dst, kind)]["created_at"] - dt.timedelta(hours=1)
-            links[(dst, src, kind)] = link(
-                dst,
-                src,
-                kind,
-                namespace=links[(src, dst, kind)]["namespace"],
-                created_at=older,
-                updated_at=older,
-            )
+            links[(dst, src, kind)] = _link(dst, src, kind, links[(src, dst, kind)]["namespace"], older)
             written_keys.add((dst, src, kind))
         # A link to nothing created after tonight's instant (the night runs after its day): not judged tonight,
         # an orphan tomorrow although nothing writes it again.
         late = at + dt.timedelta(hours=2)
-        links[(ids[night], f"gone-{night}", "temporal")] = link(
-            ids[night], f"gone-{night}", "temporal", created_at=late, updated_at=late
+        links[(ids[night], f"gone-{night}", "temporal")] = _link(
+            ids[night], f"gone-{night}", "temporal", "ns1", late
         )
         written_keys.add((ids[night], f"gone-{night}", "temporal"))
         memories = snapshot(list(rows.values()))
