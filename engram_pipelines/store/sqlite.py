@@ -164,8 +164,20 @@ class SQLiteStore(Store):
         Pruning a 1M store's link journal of the first night's 2.59M entries (114 staying), 2026-12-06: 5.3 s
         row by row, 4.4 s so from a cold page cache (both mostly reading the journal's pages, which freeing them
         needs); 1.0 and 0.5 s warm. The sequence (`sqlite_sequence`) is not reset by a DELETE, so marks stay
-        valid, and every entry keeps its own `seq`."""
+        valid, and every entry keeps its own `seq`.
+
+        The prune runs with `secure_delete = FAST` (this SQLite build zeroes every freed page by default): the
+        freed pages are not overwritten, which the journal's content (row keys, which the audit log keeps too)
+        does not need. A 2.59M-entry journal with 114 staying, 2026-12-07, warm: 0.10 s against 0.89 s."""
         table, position = journal.table, self._JOURNAL_POSITION
+        (before,) = self.conn.execute("PRAGMA secure_delete").fetchone()
+        self.conn.execute("PRAGMA secure_delete = FAST")
+        try:
+            self._prune(table, position, below)
+        finally:
+            self.conn.execute(f"PRAGMA secure_delete = {int(before)}")
+
+    def _prune(self, table: str, position: str, below: int) -> None:
         with self.write_transaction() as cur:
             # The rowid's ends bound both counts; `seq` has gaps only where entries went, so the bounds are the
             # counts or near them. Two subqueries, as SQLite seeks an end only for a lone min() or max(): one
