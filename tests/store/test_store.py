@@ -322,12 +322,18 @@ def test_a_pruned_journal_keeps_exactly_the_entries_from_the_mark_on_whichever_w
         return None if keys is None else keys["id"].to_pylist()
 
     # First more stay than go, then fewer, then none at all.
-    secure = store.conn.execute("PRAGMA secure_delete").fetchone() if store.dialect == "sqlite" else None
-    for cut, staying in ((1, ["m1", "m2", "m3", "m4"]), (4, ["m4"]), (5, [])):
+    # The prune's secure_delete FAST is its own: the connection's setting, whichever it was, is back after it.
+    settings = ("OFF", "FAST", "ON") if store.dialect == "sqlite" else (None,) * 3
+    for (cut, staying), setting in zip(
+        ((1, ["m1", "m2", "m3", "m4"]), (4, ["m4"]), (5, [])), settings, strict=True
+    ):
         below = marks[cut] if cut < len(marks) else end
+        if setting is not None:
+            store.conn.execute(f"PRAGMA secure_delete = {setting}")
+            before = store.conn.execute("PRAGMA secure_delete").fetchone()
         store.prune_journal(MEMORY_JOURNAL, below)
-        if secure is not None:  # the prune's FAST mode is its own: the connection's setting is back
-            assert store.conn.execute("PRAGMA secure_delete").fetchone() == secure
+        if setting is not None:
+            assert store.conn.execute("PRAGMA secure_delete").fetchone() == before
         assert since(below) == staying
         assert since(marks[cut - 1]) is None  # its entries are gone
         # SQLite's mark is the next sequence number; PostgreSQL's the transaction id, which the prune moves on.
