@@ -173,7 +173,7 @@ class StoreCore(ABC):
             self._link_timestamp_sql(c) if c in records.LINK_TIMESTAMP_COLUMNS else c
             for c in records.LINK_COLUMNS
         ]
-        values = list(zip(*(keys[name].to_pylist() for name in LINK_KEY), strict=True))
+        values = list(zip(*(keys[name].to_pylist() for name in records.LINK_KEY), strict=True))
         rows: list[tuple] = []
         with self.read_transaction():
             cur = self.conn.cursor()
@@ -191,7 +191,7 @@ class StoreCore(ABC):
                     [value for key in part for value in key],
                 )
                 rows += cur.fetchall()
-        return link_table(rows).sort_by([(name, "ascending") for name in LINK_KEY])
+        return link_table(rows).sort_by([(name, "ascending") for name in records.LINK_KEY])
 
     def prune_journal(self, journal: Journal, below: int) -> None:
         """Drop the journal's entries before the mark `below` (every reader that needs them read the table
@@ -308,9 +308,6 @@ class StoreCore(ABC):
         return out
 
 
-LINK_KEY = records.LINK_KEY
-
-
 @dataclass(frozen=True)
 class Journal:
     """A table's journal of the rows written (migrations 5 and 6): its table, `<table>_state`, and the key."""
@@ -319,7 +316,7 @@ class Journal:
     key: tuple[str, ...]
 
 
-LINK_JOURNAL = Journal("link_journal", LINK_KEY)
+LINK_JOURNAL = Journal("link_journal", records.LINK_KEY)
 MEMORY_JOURNAL = Journal("memory_journal", ("id",))
 
 
