@@ -14,7 +14,6 @@ time outside SQL (reading and verifying the set, building the batches in Python)
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import platform
@@ -23,7 +22,6 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,27 +59,33 @@ class _TimedCursor:
         return getattr(self._cursor, name)
 
 
+class _TimedConnection:
+    """The store's connection, its cursors timed: the store's own transactions run unchanged (BEGIN, COMMIT
+    and ROLLBACK are statements of their cursor), so the commits are timed as the statements are."""
+
+    def __init__(self, connection: Any, seconds: defaultdict[str, float]) -> None:
+        self._connection, self._seconds = connection, seconds
+
+    def cursor(self) -> _TimedCursor:
+        return _TimedCursor(self._connection.cursor(), self._seconds)
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        return self.cursor().execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+
 def timed_apply(store: SQLiteStore, change_set_id: str) -> tuple[float, int, defaultdict[str, float]]:
     seconds: defaultdict[str, float] = defaultdict(float)
-
-    @contextlib.contextmanager
-    def write_transaction() -> Iterator[Any]:
-        # SQLiteStore.write_transaction, with the commit timed on its own.
-        cursor = store.conn.cursor()
-        store._begin_immediate(cursor)
-        try:
-            yield _TimedCursor(cursor, seconds)
-        except BaseException:
-            cursor.execute("ROLLBACK")
-            raise
+    connection = store.conn
+    store.conn = _TimedConnection(connection, seconds)
+    try:
         started = time.perf_counter()
-        cursor.execute("COMMIT")
-        seconds["COMMIT"] += time.perf_counter() - started
-
-    store.write_transaction = write_transaction  # type: ignore[method-assign]
-    started = time.perf_counter()
-    result = apply_change_set(store, change_set_id)
-    return time.perf_counter() - started, result.total, seconds
+        result = apply_change_set(store, change_set_id)
+        return time.perf_counter() - started, result.total, seconds
+    finally:
+        store.conn = connection
 
 
 def main() -> None:
