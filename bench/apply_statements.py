@@ -36,6 +36,9 @@ from engram_pipelines.store.sqlite import SQLiteStore  # noqa: E402
 AS_OF = dt.date(2026, 12, 1)
 
 
+_last_statement = [""]  # the statement before a COMMIT: which kind of batch the commit ends
+
+
 class _TimedCursor:
     """A cursor whose statements add their seconds to `seconds`, keyed by their first words."""
 
@@ -50,7 +53,12 @@ class _TimedCursor:
             self._seconds[key] += time.perf_counter() - started
 
     def execute(self, sql: str, *args: Any) -> Any:
-        return self._timed(" ".join(sql.split())[:60], self._cursor.execute, sql, *args)
+        key = " ".join(sql.split())[:60]
+        if key == "COMMIT":  # named for the batch it ends: a batch's last statement reads its batch table
+            key = f"COMMIT after {_last_statement[0]}"
+        else:
+            _last_statement[0] = key[:36]
+        return self._timed(key, self._cursor.execute, sql, *args)
 
     def executemany(self, sql: str, *args: Any) -> Any:
         return self._timed("(many) " + " ".join(sql.split())[:53], self._cursor.executemany, sql, *args)
@@ -76,13 +84,15 @@ class _TimedConnection:
         return getattr(self._connection, name)
 
 
-def timed_apply(store: SQLiteStore, change_set_id: str) -> tuple[float, int, defaultdict[str, float]]:
+def timed_apply(
+    store: SQLiteStore, change_set_id: str, batch_size: int
+) -> tuple[float, int, defaultdict[str, float]]:
     seconds: defaultdict[str, float] = defaultdict(float)
     connection = store.conn
     store.conn = _TimedConnection(connection, seconds)
     try:
         started = time.perf_counter()
-        result = apply_change_set(store, change_set_id)
+        result = apply_change_set(store, change_set_id, batch_size=batch_size)
         return time.perf_counter() - started, result.total, seconds
     finally:
         store.conn = connection
@@ -95,6 +105,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument(
         "--without", nargs="*", default=["memory_links_dst"], help="indexes to drop in a second run"
+    )
+    parser.add_argument(
+        "--batch-sizes", nargs="*", type=int, default=[1000], help="the apply's batch sizes, each run in turn"
     )
     args = parser.parse_args()
     print(f"# {dt.date.today()} {platform.machine()} Python {platform.python_version()}, demo {args.size:,}")
@@ -113,8 +126,9 @@ def main() -> None:
         with open_store(f"sqlite:///{night_db}") as store:
             record = store.get_change_set(change_set_id)
         assert record is not None
-        runs: list[list[str]] = [[], args.without]
-        for dropped in runs:
+        runs: list[tuple[int, list[str]]] = [(size, []) for size in args.batch_sizes]
+        runs += [(args.batch_sizes[0], args.without)] if args.without else []
+        for batch_size, dropped in runs:
             work_db = root / "work.db"
             shutil.copy(before_db, work_db)
             with open_store(f"sqlite:///{work_db}") as store:
@@ -122,11 +136,13 @@ def main() -> None:
                 for index in dropped:
                     store.conn.execute(f"DROP INDEX {index}")
                 store.register_change_set(dataclasses.replace(record, status="proposed", applied_at=None))
-                seconds, total, by_statement = timed_apply(store, change_set_id)
+                seconds, total, by_statement = timed_apply(store, change_set_id, batch_size)
             in_sql = sum(by_statement.values())
-            label = f"without {', '.join(dropped)}" if dropped else "as the store is"
+            label = f"batches of {batch_size:,}, " + (
+                f"without {', '.join(dropped)}" if dropped else "as the store is"
+            )
             print(f"\n## {label}: {total:,} changes in {seconds:.1f} s ({total / seconds:,.0f}/s)")
-            for key, spent in sorted(by_statement.items(), key=lambda kv: -kv[1])[:8]:
+            for key, spent in sorted(by_statement.items(), key=lambda kv: -kv[1])[:12]:
                 print(f"{spent:8.2f}  {key}")
             print(f"{in_sql:8.2f}  all SQL with the commits")
             print(

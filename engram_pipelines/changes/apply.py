@@ -25,9 +25,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engram_pipelines.changes.intents import (
+    HIDING_OPS,
     REVIEWED_CLASSES,
     Ineligible,
     Intent,
+    Op,
     check_eligible,
     diff,
     fold,
@@ -358,8 +360,19 @@ def _first_attempt(change: dict[str, Any]) -> MemoryWrite:
         guard=Guard(
             change["guard_access_count"], change["guard_last_accessed_at"], bool(change["guard_pinned"])
         ),
-        hides=change["op"] == "delete" or hides([Intent(**i) for i in jsontext.loads(change["intents"])]),
+        hides=_first_attempt_hides(change),
     )
+
+
+def _first_attempt_hides(change: dict[str, Any]) -> bool:
+    """`hides` of the change's intents, read from its ops where they decide it: only a move's direction (back
+    to Active un-hides) is in the intents' params. Parsing every change's intents took 3.8 us a change: about 3 s
+    of a 1M first night's 755k memory changes."""
+    if change["op"] == "delete":
+        return True
+    if Op.MOVE_ZONE not in change["ops"]:
+        return not HIDING_OPS.isdisjoint(change["ops"])
+    return hides([Intent(**i) for i in jsontext.loads(change["intents"])])
 
 
 def _decode_row(row: dict[str, Any]) -> dict[str, Any]:
