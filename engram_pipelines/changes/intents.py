@@ -16,6 +16,7 @@ Precedence on one row (documented in docs/concepts.md):
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -159,6 +160,15 @@ def _hiding(intents: list[Intent]) -> set[str]:
 def hides(intents: list[Intent]) -> bool:
     """Whether these intents hide or delete their row (so a pin or a block forbids them)."""
     return bool(_hiding(intents))
+
+
+def hides_by_ops(ops: Sequence[str]) -> bool | None:
+    """`hides` of intents with these ops, where the ops decide it; None where a move is among them (its
+    direction is in its params: see `_hiding`). The apply's first attempt asks this of every change, and parsing
+    every change's intents took 3.8 us a change: about 3 s of a 1M first night's 755k memory changes."""
+    if Op.MOVE_ZONE in ops:
+        return None
+    return not HIDING_OPS.isdisjoint(ops)
 
 
 def hide_by_neglect(intents: list[Intent]) -> bool:

@@ -1,5 +1,5 @@
-"""The apply's first attempt reads whether a change hides its row from the change's ops where they decide it:
-the same answer as its intents give, for every op and both directions of a move."""
+"""Whether a change hides its row, read from its ops where they decide it (`hides_by_ops`, the apply's first
+attempt): the same answer as its intents give, for every op and both directions of a move."""
 
 from __future__ import annotations
 
